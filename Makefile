@@ -1,0 +1,29 @@
+# Set-up and everyday commands. `make demo` and `make test` create the virtual environment when missing.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+# The torch build to install first (this pair is available offline on the reference machine).
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
+STAMP  := $(VENV)/.installed
+
+.PHONY: venv demo test bench clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet $(TORCH)
+	$(BIN)/python -m pip install --quiet -e '.[test]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/emulator run scenarios/quickstart.yaml
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/overhead.py
+
+clean:
+	rm -rf $(VENV) runs .pytest_cache

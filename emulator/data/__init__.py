@@ -1,0 +1,41 @@
+"""Datasets, partitioners and the server set: everything that turns a scenario's `data:` into a Federation."""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.partition import partition
+from emulator.data.server_set import carve_server_set
+from emulator.data.synthetic import generate_synthetic
+from emulator.data.vision import DataUnavailableError, load_vision
+from emulator.scenario import DataConfig, ScenarioError
+from emulator.seeding import rng
+
+
+def build_federation(data: DataConfig, devices: int, seed: int) -> Federation:
+    """The scenario's data split over `devices` devices, with the server set held out; a function of the seed.
+
+    Each step draws from its own stream (synthetic, partition, server_set, test_subset), so changing, say,
+    the server set leaves the partition as it was. Problems the user must fix raise ScenarioError.
+    """
+    try:
+        if data.dataset == "synthetic":
+            train, test, per_device = generate_synthetic(data.synthetic, devices, rng(seed, "synthetic"))
+            if data.partition.scheme != "natural":
+                per_device = partition(train.y, train.num_classes, devices, data.partition, rng(seed, "partition"))
+        else:
+            train, test = load_vision(data.dataset, data.root, data.download, data.emnist_split)
+            per_device = partition(train.y, train.num_classes, devices, data.partition, rng(seed, "partition"))
+        per_device, server = carve_server_set(per_device, train.y, train.num_classes, data.server_set,
+                                              rng(seed, "server_set"))
+    except ScenarioError:
+        raise
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    if data.test_samples is not None and data.test_samples < len(test):  # at most test_samples
+        keep = np.sort(rng(seed, "test_subset").choice(len(test), data.test_samples, replace=False))
+        test = test.subset(keep)
+    return Federation.from_lists(train, test, per_device, server)
+
+
+__all__ = ["ArrayDataset", "Federation", "build_federation", "load_vision", "DataUnavailableError"]

@@ -1,0 +1,90 @@
+"""The federation: the training pool split into per-device index lists, the server set and the test set.
+
+Arrays stay compact (uint8 images, float32 features) and are turned into normalised float tensors only
+when a device's or a batch's samples are taken, so a whole dataset can sit once in Ray's object store.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+
+@dataclass
+class ArrayDataset:
+    """Samples as arrays. x: (N, C, H, W) uint8 images or (N, D) float32 features; y: (N,) int64 labels."""
+
+    x: np.ndarray
+    y: np.ndarray
+    num_classes: int
+    mean: tuple[float, ...] | None = None  # per channel, applied after scaling uint8 to [0, 1]
+    std: tuple[float, ...] | None = None
+
+    def __len__(self) -> int:
+        return len(self.y)
+
+    @property
+    def input_shape(self) -> tuple[int, ...]:
+        return tuple(self.x.shape[1:])
+
+    def tensors(self, indices: np.ndarray | slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised float32 inputs and int64 labels for the given sample indices (all when None)."""
+        x = self.x if indices is None else self.x[indices]
+        y = self.y if indices is None else self.y[indices]
+        inputs = torch.from_numpy(np.ascontiguousarray(x))
+        if inputs.dtype == torch.uint8:
+            inputs = inputs.to(torch.float32).div_(255.0)
+        else:
+            inputs = inputs.to(torch.float32)
+        if self.mean is not None:
+            shape = (1, -1) + (1,) * (inputs.dim() - 2)
+            mean = torch.tensor(self.mean, dtype=torch.float32).view(shape)
+            std = torch.tensor(self.std, dtype=torch.float32).view(shape)
+            inputs = inputs.sub_(mean).div_(std)
+        return inputs, torch.from_numpy(np.ascontiguousarray(y)).to(torch.int64)
+
+    def subset(self, indices: np.ndarray) -> "ArrayDataset":
+        return ArrayDataset(self.x[indices], self.y[indices], self.num_classes, self.mean, self.std)
+
+
+@dataclass
+class Federation:
+    """Device d owns train samples device_indices[device_offsets[d]:device_offsets[d + 1]]."""
+
+    train: ArrayDataset
+    test: ArrayDataset
+    device_offsets: np.ndarray  # int64, shape (devices + 1,)
+    device_indices: np.ndarray  # int64 indices into train
+    server_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+
+    @classmethod
+    def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],
+                   server_indices: np.ndarray | None = None) -> "Federation":
+        sizes = np.array([len(p) for p in per_device], dtype=np.int64)
+        offsets = np.zeros(len(per_device) + 1, dtype=np.int64)
+        np.cumsum(sizes, out=offsets[1:])
+        flat = np.concatenate(per_device).astype(np.int64) if per_device else np.zeros(0, np.int64)
+        server = np.zeros(0, np.int64) if server_indices is None else np.asarray(server_indices, np.int64)
+        return cls(train, test, offsets, flat, server)
+
+    @property
+    def num_devices(self) -> int:
+        return len(self.device_offsets) - 1
+
+    @property
+    def sizes(self) -> np.ndarray:
+        return np.diff(self.device_offsets)
+
+    def device_samples(self, device: int) -> np.ndarray:
+        return self.device_indices[self.device_offsets[device]:self.device_offsets[device + 1]]
+
+    def per_device(self) -> list[np.ndarray]:
+        return [self.device_samples(d) for d in range(self.num_devices)]
+
+    def label_counts(self) -> np.ndarray:
+        """(devices, classes) matrix of how many samples of each class every device holds."""
+        owner = np.repeat(np.arange(self.num_devices), self.sizes)
+        counts = np.zeros((self.num_devices, self.train.num_classes), dtype=np.int64)
+        np.add.at(counts, (owner, self.train.y[self.device_indices]), 1)
+        return counts

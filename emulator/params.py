@@ -1,0 +1,42 @@
+"""A model's communicated state as one flat float32 vector.
+
+Every floating-point entry of the state dict travels (weights and float buffers such as BatchNorm's
+running statistics); integer buffers such as num_batches_tracked stay on the device. One flat vector
+makes broadcast, deltas and aggregation simple array arithmetic.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch import nn
+
+
+def communicated(model: nn.Module) -> list[torch.Tensor]:
+    return [t for t in model.state_dict(keep_vars=True).values() if torch.is_floating_point(t)]
+
+
+def flatten(model: nn.Module) -> np.ndarray:
+    with torch.no_grad():
+        return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in communicated(model)]).numpy()
+
+
+def load(model: nn.Module, vector: np.ndarray) -> None:
+    """Copy a flat vector into the model's communicated tensors, in place."""
+    flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
+    offset = 0
+    with torch.no_grad():
+        for tensor in communicated(model):
+            n = tensor.numel()
+            tensor.data.copy_(flat[offset:offset + n].view_as(tensor), non_blocking=True)
+            offset += n
+    if offset != flat.numel():
+        raise ValueError(f"parameter vector has {flat.numel()} values, the model needs {offset}")
+
+
+def size(model: nn.Module) -> int:
+    return sum(t.numel() for t in communicated(model))
+
+
+def nbytes(model: nn.Module) -> int:
+    """Bytes on the wire for one copy of the model, by each tensor's own dtype."""
+    return sum(t.numel() * t.element_size() for t in communicated(model))

@@ -1,0 +1,36 @@
+"""Connecting to Ray: a local instance by default, an existing cluster when an address is given."""
+from __future__ import annotations
+
+import logging
+import math
+import os
+from contextlib import contextmanager
+
+import ray
+
+
+@contextmanager
+def ray_session(address: str | None = None):
+    """Use the Ray instance already running in this process, else start or join one; shut down only
+    what this call started."""
+    if ray.is_initialized():
+        yield
+        return
+    os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
+             configure_logging=True)
+    try:
+        yield
+    finally:
+        ray.shutdown()
+
+
+def runner_count(requested: int | None, num_cpus: float, num_gpus: float, reserved_cpus: float = 0.0) -> int:
+    """As many runners as the cluster's resources hold at the given shares, unless a count is requested."""
+    if requested:
+        return requested
+    total = ray.cluster_resources()
+    fits = [math.floor((total.get("CPU", 0) - reserved_cpus) / num_cpus + 1e-9)]
+    if num_gpus > 0:
+        fits.append(math.floor(total.get("GPU", 0) / num_gpus + 1e-9))
+    return max(1, min(fits))

@@ -1,0 +1,70 @@
+"""The runner pool: hands device jobs to runners and yields their results in job (device) order.
+
+Results are consumed as they arrive, but handed on in job order, so aggregation sums in a fixed order and
+a run gives the same numbers with 1 runner or 8. A sliding window bounds how many results can be held
+at once (a few per runner), so memory does not grow with the cohort.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Iterator, Sequence, TypeVar
+
+import ray
+
+from emulator.runtime.runner import RunnerActor
+
+Job = TypeVar("Job")
+
+
+class RunnerPool:
+    window_per_runner = 4
+
+    def __init__(self, runners: Sequence):
+        if not runners:
+            raise ValueError("a runner pool needs at least one runner")
+        self.runners = list(runners)
+
+    @classmethod
+    def start(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None) -> "RunnerPool":
+        """Start `count` runner actors with fractional resource shares, spread over the cluster's nodes.
+
+        Runners restart when they die and their unfinished calls are retried elsewhere, so a lost worker
+        costs time, not results."""
+        threads = torch_threads or max(1, math.floor(num_cpus))
+        options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
+                       scheduling_strategy="SPREAD")
+        runners = [RunnerActor.options(**options).remote(threads) for _ in range(count)]
+        ray.get([r.ping.remote() for r in runners])
+        return cls(runners)
+
+    def map_ordered(self, jobs: Sequence[Job], call: Callable[[object, Job], "ray.ObjectRef"]) -> Iterator:
+        """Run call(runner, job) for every job, least-loaded runner first; yield results in job order."""
+        window = self.window_per_runner * len(self.runners)
+        load = [0] * len(self.runners)
+        in_flight: dict = {}  # ref -> (job index, runner index)
+        done: dict[int, object] = {}
+        submitted = next_out = 0
+        while next_out < len(jobs):
+            while submitted < len(jobs) and submitted < next_out + window:
+                runner = min(range(len(self.runners)), key=load.__getitem__)
+                in_flight[call(self.runners[runner], jobs[submitted])] = (submitted, runner)
+                load[runner] += 1
+                submitted += 1
+            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            for ref in ready:
+                index, runner = in_flight.pop(ref)
+                load[runner] -= 1
+                done[index] = ray.get(ref)
+            while next_out in done:
+                yield done.pop(next_out)
+                next_out += 1
+
+    def prepare(self, run_key: str, context_box: list) -> None:
+        ray.get([r.prepare.remote(run_key, context_box) for r in self.runners])
+
+    def node_ids(self) -> list[str]:
+        return ray.get([r.node_id.remote() for r in self.runners])
+
+    def shutdown(self) -> None:
+        for runner in self.runners:
+            ray.kill(runner)

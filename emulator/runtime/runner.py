@@ -1,0 +1,96 @@
+"""A runner: a Ray actor that trains whichever device it is handed.
+
+Runners are few (sized by resources) and devices are many. A runner caches each run's federation (read
+zero-copy from the object store) and one model instance per run, so a job costs only loading the global
+vector, the device's local steps and returning a delta.
+"""
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+import numpy as np
+import ray
+import torch
+
+from emulator import params as param_vector
+from emulator.algorithms.base import ClientUpdate
+from emulator.data.federation import Federation
+from emulator.models import build_model
+from emulator.training import LocalTraining, as_device_tensors, seeded_generator, train_locally
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """Everything a runner needs to train a run's devices; put into the object store once per run."""
+
+    key: str
+    federation: Federation
+    model_name: str
+    model_seed: int
+
+
+@dataclass(frozen=True)
+class DeviceJob:
+    run_key: str
+    device: int
+    spec: LocalTraining
+    seed: int  # derived from (scenario seed, round, device): the same whichever runner trains it
+    multiplicity: int = 1
+
+
+class DeviceRunner:
+    """Plain class (usable without Ray in tests); `RunnerActor` is its Ray actor form."""
+
+    max_cached_runs = 4
+
+    def __init__(self, torch_threads: int | None = None):
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
+        gpu = torch.cuda.is_available() and bool(ray.is_initialized() and ray.get_gpu_ids())
+        self.device = torch.device("cuda" if gpu else "cpu")
+        _warm_up()
+
+    def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
+        if key not in self._runs:
+            context: RunContext = context_box[0] if isinstance(context_box[0], RunContext) else ray.get(context_box[0])
+            train = context.federation.train
+            model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed)
+            self._runs[key] = (context, model.to(self.device))
+            while len(self._runs) > self.max_cached_runs:
+                self._runs.popitem(last=False)
+        self._runs.move_to_end(key)
+        return self._runs[key]
+
+    def prepare(self, run_key: str, context_box: list) -> None:
+        """Load a run's data and model ahead of its first round."""
+        self._run(run_key, context_box)
+
+    def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
+        context, model = self._run(job.run_key, context_box)
+        federation = context.federation
+        samples = federation.device_samples(job.device)
+        x, y = as_device_tensors(*federation.train.tensors(samples), self.device)
+        param_vector.load(model, global_params)
+        torch.manual_seed(job.seed)  # dropout masks
+        stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed))
+        delta = param_vector.flatten(model)
+        delta -= global_params
+        return ClientUpdate(job.device, len(samples), delta, stats, job.multiplicity)
+
+    def node_id(self) -> str:
+        return ray.get_runtime_context().get_node_id()
+
+    def ping(self) -> bool:
+        return True
+
+
+def _warm_up() -> None:
+    """One tiny training step, so the first real job does not pay torch.optim's one-off import (~1 s)."""
+    model = torch.nn.Linear(2, 2)
+    train_locally(model, torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64),
+                  LocalTraining(lr=0.1, batch_size=4, local_steps=1), seeded_generator(0))
+
+
+RunnerActor = ray.remote(DeviceRunner)

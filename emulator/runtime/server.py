@@ -1,0 +1,117 @@
+"""The server: owns the global model, the algorithm and the simulated world, and runs one round per call.
+
+Each round: the algorithm plans it, the system model decides who reports and when, the reporting devices
+train for real on the runner pool, their updates stream into the algorithm's aggregation, and the round
+becomes one metrics row. The server never writes files: the driver does, so results stay at the edge.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import ray
+import torch
+
+from emulator import params as param_vector
+from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
+from emulator.models import build_model
+from emulator.runtime.pool import RunnerPool
+from emulator.runtime.runner import DeviceJob, RunContext
+from emulator.scenario import Scenario
+from emulator.seeding import rng, torch_seed
+from emulator.system import CohortRequest, build_system
+from emulator.training import evaluate
+
+BASE_COLUMNS = ("round", "kind", "sim_start_s", "sim_time_s", "round_duration_s", "selected", "participants",
+                "dropped", "stragglers", "bytes_down", "bytes_up", "train_loss", "train_acc", "test_loss",
+                "test_acc", "wall_time_s")
+
+
+class FederatedServer:
+    def __init__(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None):
+        if torch_threads:
+            torch.set_num_threads(torch_threads)
+        self.scenario = Scenario.model_validate(scenario)
+        self.context_box = context_box
+        context: RunContext = context_box[0] if isinstance(context_box[0], RunContext) else ray.get(context_box[0])
+        self.run_key = context.key
+        federation = context.federation
+        self.model = build_model(context.model_name, federation.train.input_shape, federation.train.num_classes,
+                                 context.model_seed)
+        self.params = param_vector.flatten(self.model)
+        self.model_bytes = param_vector.nbytes(self.model)
+        self.sizes = federation.sizes
+        self.test_x, self.test_y = federation.test.tensors()
+        self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
+            num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
+            seed=self.scenario.seed))
+        self.system = build_system(self.scenario)
+        self.pool = RunnerPool(runners)
+        self.round = 0
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return BASE_COLUMNS + tuple(self.algorithm.columns)
+
+    def get_columns(self) -> tuple[str, ...]:
+        return self.columns
+
+    def run_round(self) -> dict:
+        self.round += 1
+        seed, r = self.scenario.seed, self.round
+        plan = self.algorithm.plan_round(r)
+        local = self.algorithm.local_training
+        outcome = self.system.client_round(CohortRequest(
+            round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
+            bytes_down=self.model_bytes, bytes_up=self.model_bytes,
+            samples_processed=lambda d: local(d).samples_processed(int(self.sizes[d]))))
+        devices, counts = _in_draw_order(outcome.reported)
+        jobs = [DeviceJob(self.run_key, int(d), local(int(d)), torch_seed(seed, "train", r, int(d)), int(c))
+                for d, c in zip(devices, counts)]
+        stats: list[ClientUpdate] = []
+
+        def streamed():
+            if not jobs:
+                return
+            params_ref = ray.put(self.params)
+            for update in self.pool.map_ordered(
+                    jobs, lambda runner, job: runner.train.remote(self.context_box, params_ref, job)):
+                stats.append(update)
+                yield update
+
+        self.params = self.algorithm.aggregate(self.params, streamed())
+        losses = [u.stats.loss for u in stats if u.stats.steps > 0]
+        accs = [u.stats.accuracy for u in stats if u.stats.steps > 0]
+        row = {
+            "round": r, "kind": plan.kind, "sim_start_s": outcome.start_s, "sim_time_s": outcome.end_s,
+            "round_duration_s": outcome.duration_s, "selected": len(np.unique(outcome.selected)),
+            "participants": len(devices), "dropped": len(outcome.dropped), "stragglers": len(outcome.stragglers),
+            "bytes_down": int(outcome.bytes_down), "bytes_up": int(outcome.bytes_up),
+            "train_loss": float(np.mean(losses)) if losses else None,
+            "train_acc": float(np.mean(accs)) if accs else None,
+            "test_loss": None, "test_acc": None,
+        }
+        if r % self.scenario.evaluation.every == 0 or r == self.scenario.rounds:
+            row["test_loss"], row["test_acc"] = self.evaluate()
+        row.update(self.algorithm.after_round(row))
+        return row
+
+    def evaluate(self) -> tuple[float, float]:
+        param_vector.load(self.model, self.params)
+        loss, acc = evaluate(self.model, self.test_x, self.test_y, self.scenario.evaluation.batch_size)
+        return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc)
+
+    def get_params(self) -> np.ndarray:
+        return self.params
+
+
+def _in_draw_order(drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct devices in the order first drawn, with how often each was drawn."""
+    if len(drawn) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    unique, first, counts = np.unique(drawn, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    return unique[order], counts[order]
+
+
+ServerActor = ray.remote(FederatedServer)

@@ -1,0 +1,418 @@
+"""The scenario: one YAML file that fixes a whole experiment.
+
+The schema is pydantic v2 with unknown keys rejected everywhere, so a typo never silently falls back to a
+default. `load_scenario` turns every validation problem into a `ScenarioError` whose lines name the YAML
+path of the field, what was given and what is allowed.
+"""
+from __future__ import annotations
+
+import re
+import typing
+from pathlib import Path
+from typing import Annotated, Any, Literal, Optional, Union
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+DATASETS = ("synthetic", "fashion_mnist", "mnist", "emnist", "cifar10")
+MODELS = ("logreg", "mlp", "cnn_fmnist", "cnn_mnist", "cnn_cifar", "resnet18")
+
+
+class ScenarioError(ValueError):
+    """Bad input: every line names a field (its YAML path) and what would fix it."""
+
+
+class Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+# ----------------------------------------------------------------------------------------------- data
+class SyntheticConfig(Strict):
+    """LEAF/FedProx synthetic(alpha, beta): alpha sets how much device models differ, beta how much inputs do."""
+
+    alpha: float = Field(1.0, ge=0)
+    beta: float = Field(1.0, ge=0)
+    iid: bool = False
+    dimension: int = Field(60, gt=0)
+    classes: int = Field(10, ge=2)
+    size_log_mean: float = 4.0
+    size_log_sigma: float = Field(1.0, ge=0)
+    min_samples: int = Field(10, ge=1)
+    max_samples: int = Field(1000, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if self.max_samples < self.min_samples:
+            raise ValueError("max_samples must be >= min_samples")
+        return self
+
+
+class NaturalPartition(Strict):
+    """Each device keeps the data it was generated with (synthetic only)."""
+
+    scheme: Literal["natural"] = "natural"
+
+
+class IidPartition(Strict):
+    scheme: Literal["iid"] = "iid"
+
+
+class DirichletPartition(Strict):
+    """Label proportions per device ~ Dirichlet(alpha); smaller alpha, stronger label skew."""
+
+    scheme: Literal["dirichlet"] = "dirichlet"
+    alpha: float = Field(gt=0)
+    balanced: bool = False
+    min_samples: int = Field(1, ge=0)
+
+
+class ClassesPartition(Strict):
+    """Each device holds `classes_per_client` classes, sampled evenly within them (SAFARI / FSL)."""
+
+    scheme: Literal["classes"] = "classes"
+    classes_per_client: int = Field(gt=0)
+
+
+class ShardsPartition(Strict):
+    """McMahan et al.: sort by label, cut into shards, give each device `shards_per_client` of them."""
+
+    scheme: Literal["shards"] = "shards"
+    shards_per_client: int = Field(2, gt=0)
+
+
+Partition = Annotated[
+    Union[NaturalPartition, IidPartition, DirichletPartition, ClassesPartition, ShardsPartition],
+    Field(discriminator="scheme"),
+]
+
+
+class ServerSetConfig(Strict):
+    """The server's (auxiliary) data set, held out from the devices' data."""
+
+    size: int = Field(0, ge=0)
+    source: Literal["iid", "balanced", "clients"] = "iid"
+    clients: Optional[int] = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _clients(self):
+        if self.source == "clients" and self.clients is None:
+            raise ValueError("source 'clients' needs 'clients': the number of devices the server set is drawn from")
+        if self.source != "clients" and self.clients is not None:
+            raise ValueError("'clients' only applies to source 'clients'")
+        return self
+
+
+class DataConfig(Strict):
+    dataset: Literal["synthetic", "fashion_mnist", "mnist", "emnist", "cifar10"] = "synthetic"
+    root: Optional[str] = None
+    download: bool = False
+    emnist_split: Literal["balanced", "byclass", "bymerge", "digits", "letters", "mnist"] = "balanced"
+    synthetic: SyntheticConfig = SyntheticConfig()
+    partition: Optional[Partition] = None
+    server_set: ServerSetConfig = ServerSetConfig()
+    test_samples: Optional[int] = Field(None, gt=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_scheme(cls, data: Any):
+        if isinstance(data, dict) and data.get("partition") == {}:
+            data = {**data, "partition": None}
+        return data
+
+    @model_validator(mode="after")
+    def _partition(self):
+        if self.partition is None:
+            self.partition = NaturalPartition() if self.dataset == "synthetic" else IidPartition()
+        if self.partition.scheme == "natural" and self.dataset != "synthetic":
+            raise ScenarioFieldError(
+                "data.partition.scheme", f"'natural' only exists for dataset 'synthetic'; for {self.dataset} "
+                "choose iid, dirichlet, classes or shards")
+        return self
+
+
+class ModelConfig(Strict):
+    name: Literal["logreg", "mlp", "cnn_fmnist", "cnn_mnist", "cnn_cifar", "resnet18"] = "logreg"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _from_string(cls, data: Any):
+        return {"name": data} if isinstance(data, str) else data
+
+
+# ----------------------------------------------------------------------------------------- algorithm
+class ClientTraining(Strict):
+    """How a device trains locally; shared by every algorithm."""
+
+    clients_per_round: int = Field(10, gt=0)
+    client_lr: float = Field(0.01, gt=0)
+    local_steps: Optional[int] = Field(None, gt=0)
+    local_epochs: Optional[int] = Field(None, gt=0)
+    batch_size: int = Field(32, gt=0)
+    client_optimizer: Literal["sgd", "adam"] = "sgd"
+    client_momentum: float = Field(0.0, ge=0, lt=1)
+    weight_decay: float = Field(0.0, ge=0)
+    sampling: Literal["without_replacement", "with_replacement"] = "without_replacement"
+    weighting: Literal["uniform", "samples"] = "uniform"
+
+    @model_validator(mode="after")
+    def _work(self):
+        if self.local_steps is not None and self.local_epochs is not None:
+            raise ValueError("give local_steps or local_epochs, not both")
+        if self.local_steps is None and self.local_epochs is None:
+            self.local_steps = 10
+        return self
+
+
+class FedAvgConfig(ClientTraining):
+    """FedAvg with two-sided learning rates (Yang et al., ICLR 2021): x <- x + server_lr * mean(delta)."""
+
+    name: Literal["fedavg"] = "fedavg"
+    server_lr: float = Field(1.0, gt=0)
+
+
+AlgorithmConfig = Annotated[Union[FedAvgConfig], Field(discriminator="name")]
+
+
+# --------------------------------------------------------------------------------- population, system
+class PopulationConfig(Strict):
+    devices: int = Field(100, gt=0)
+
+
+class SystemConfig(Strict):
+    """The system model. `ideal`: every device always available, every round lasts round_duration_s."""
+
+    model: Literal["ideal"] = "ideal"
+    round_duration_s: float = Field(60.0, gt=0)
+
+
+# ---------------------------------------------------------------------------------------- execution
+class RuntimeConfig(Strict):
+    address: Optional[str] = None
+    runners: Optional[int] = Field(None, gt=0)
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    server_num_cpus: float = Field(0.0, ge=0)
+    torch_threads: Optional[int] = Field(None, gt=0)
+
+
+class EvaluationConfig(Strict):
+    every: int = Field(1, gt=0)
+    batch_size: int = Field(1024, gt=0)
+
+
+class OutputConfig(Strict):
+    dir: str = "runs"
+
+
+class Scenario(Strict):
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    seed: int = Field(0, ge=0)
+    rounds: int = Field(gt=0)
+    data: DataConfig = DataConfig()
+    model: ModelConfig = ModelConfig()
+    algorithm: AlgorithmConfig = FedAvgConfig()
+    population: PopulationConfig = PopulationConfig()
+    system: SystemConfig = SystemConfig()
+    runtime: RuntimeConfig = RuntimeConfig()
+    evaluation: EvaluationConfig = EvaluationConfig()
+    output: OutputConfig = OutputConfig()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_algorithm(cls, data: Any):
+        if isinstance(data, dict) and isinstance(data.get("algorithm"), dict) and "name" not in data["algorithm"]:
+            data = {**data, "algorithm": {"name": "fedavg", **data["algorithm"]}}
+        return data
+
+    @model_validator(mode="after")
+    def _consistent(self):
+        algo, devices = self.algorithm, self.population.devices
+        if algo.sampling == "without_replacement" and algo.clients_per_round > devices:
+            raise ScenarioFieldError(
+                "algorithm.clients_per_round",
+                f"{algo.clients_per_round} devices a round without replacement, but population.devices is "
+                f"{devices}; lower clients_per_round, raise population.devices or use sampling: with_replacement")
+        image_models = {"cnn_fmnist": (1, 28, 28), "cnn_mnist": (1, 28, 28), "cnn_cifar": (3, 32, 32)}
+        shape = dataset_input_shape(self.data.dataset, self.data.synthetic.dimension)
+        need = image_models.get(self.model.name)
+        if need is not None and shape != need:
+            raise ScenarioFieldError(
+                "model.name", f"{self.model.name} expects inputs of shape {need}, but dataset "
+                f"{self.data.dataset} gives {shape}; use logreg or mlp, or a matching dataset")
+        if self.model.name == "resnet18" and len(shape) != 3:
+            raise ScenarioFieldError("model.name", f"resnet18 needs image data; dataset {self.data.dataset} "
+                                                   "gives flat features")
+        if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
+            raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
+        return self
+
+
+class ScenarioFieldError(ValueError):
+    """Raised inside validators to point at a field other than the one being validated."""
+
+    def __init__(self, path: str, message: str):
+        super().__init__(f"{path}: {message}")
+        self.path, self.message = path, message
+
+
+def dataset_input_shape(dataset: str, synthetic_dimension: int = 60) -> tuple[int, ...]:
+    """The shape of one input sample of each dataset, known without loading it."""
+    return {"synthetic": (synthetic_dimension,), "fashion_mnist": (1, 28, 28), "mnist": (1, 28, 28),
+            "emnist": (1, 28, 28), "cifar10": (3, 32, 32)}[dataset]
+
+
+# ------------------------------------------------------------------------------------ loading, errors
+def parse_override(text: str) -> tuple[list[str], Any]:
+    """`a.b=value` -> (['a', 'b'], value parsed as a YAML scalar, so 50 is an int and true a bool)."""
+    if "=" not in text:
+        raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set rounds=50 or --set algorithm.client_lr=0.1")
+    key, _, raw = text.partition("=")
+    path = [part for part in key.strip().split(".")]
+    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path):
+        raise ScenarioError(f"--set {text!r}: {key!r} is not a dotted field path such as algorithm.client_lr")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError as exc:
+        raise ScenarioError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    return path, value
+
+
+def apply_overrides(raw: dict, overrides: list[str]) -> dict:
+    """Set each `a.b=value` in a copy of the raw YAML mapping, creating missing levels."""
+    import copy
+
+    data = copy.deepcopy(raw)
+    for text in overrides:
+        path, value = parse_override(text)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.get(part)
+            if child is None or isinstance(child, str) and part == "model":
+                child = {} if child is None else {"name": child}
+                node[part] = child
+            if not isinstance(child, dict):
+                raise ScenarioError(f"--set {text!r}: {'.'.join(path[:i + 1])} is a value, not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def read_yaml(path: str | Path) -> dict:
+    path = Path(path)
+    if not path.exists():
+        raise ScenarioError(f"{path}: no such scenario file")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as exc:
+        where = getattr(exc, "problem_mark", None)
+        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
+        problem = getattr(exc, "problem", None) or str(exc)
+        raise ScenarioError(f"{path}: not valid YAML{at}: {problem}") from None
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ScenarioError(f"{path}: a scenario is a mapping of keys (name, rounds, data, ...), "
+                            f"not a {type(data).__name__}")
+    return data
+
+
+def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+    raw = apply_overrides(read_yaml(path), overrides or [])
+    return validate_scenario(raw, source=str(path))
+
+
+def validate_scenario(raw: dict, source: str = "scenario") -> Scenario:
+    try:
+        return Scenario.model_validate(raw)
+    except ValidationError as exc:
+        lines = [_describe(err) for err in exc.errors()]
+        raise ScenarioError(f"{source}: {len(lines)} problem{'s' if len(lines) > 1 else ''}:\n  "
+                            + "\n  ".join(dict.fromkeys(lines))) from None
+
+
+def dump_scenario(scenario: Scenario) -> str:
+    return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
+
+
+def _describe(err: dict) -> str:
+    """One line per problem: the YAML path, what was given, and what is allowed."""
+    loc, kind, ctx = list(err["loc"]), err["type"], err.get("ctx") or {}
+    original = ctx.get("error")
+    if isinstance(original, ScenarioFieldError):
+        return f"{original.path}: {original.message}"
+    model, path = _walk(loc)
+    where = ".".join(str(p) for p in path) or "(top level)"
+    given = err.get("input", _MISSING)
+    if kind == "extra_forbidden":
+        allowed = ", ".join(model.model_fields) if model else "?"
+        return f"{where}: unknown key; allowed here: {allowed}"
+    if kind == "missing":
+        return f"{where}: required field is missing"
+    if kind == "union_tag_invalid":
+        return f"{where}.{ctx['discriminator'].strip(chr(39))}: {ctx['tag']!r} is not known; choose one of {ctx['expected_tags']}"
+    if kind == "union_tag_not_found":
+        field = model.model_fields.get(path[-1]) if model is not None else None
+        kinds = ", ".join(repr(_tag(m)) for m in _union_models(field.annotation)) if field else "?"
+        return f"{where}: needs a {ctx['discriminator']} key; one of {kinds}"
+    if kind == "literal_error":
+        return f"{where}: {given!r} is not allowed; choose one of {ctx.get('expected')}"
+    msg = err["msg"]
+    if msg.startswith("Value error, "):
+        msg = msg[len("Value error, "):]
+    if kind in ("value_error", "assertion_error"):
+        return f"{where}: {msg}"
+    return f"{where}: {msg} (got {given!r})" if given is not _MISSING else f"{where}: {msg}"
+
+
+_MISSING = object()
+
+
+def _walk(loc: list) -> tuple[type[BaseModel] | None, list]:
+    """Follow a pydantic error location through the schema, dropping discriminator tags; return the model
+    that holds the last key (for listing the allowed keys) and the cleaned YAML path."""
+    path: list = []
+    parent: Any = None
+    current: Any = Scenario
+    i = 0
+    while i < len(loc):
+        part = loc[i]
+        parent = current if _is_model(current) else None
+        path.append(part)
+        i += 1
+        field = parent.model_fields.get(part) if parent is not None and isinstance(part, str) else None
+        if field is None:
+            current = None
+            continue
+        members = _union_models(field.annotation)
+        tags = {_tag(m): m for m in members}
+        if members and i < len(loc) and loc[i] in tags:
+            current = tags[loc[i]]
+            i += 1
+        else:
+            current = members[0] if len(members) == 1 else None
+    return parent, path
+
+
+def _is_model(obj: Any) -> bool:
+    return isinstance(obj, type) and issubclass(obj, BaseModel)
+
+
+def _union_models(annotation: Any) -> list:
+    args = typing.get_args(annotation)
+    if typing.get_origin(annotation) is Annotated:
+        return _union_models(args[0])
+    if typing.get_origin(annotation) in (Union, getattr(__import__("types"), "UnionType", Union)):
+        out = []
+        for arg in args:
+            out.extend(_union_models(arg))
+        return out
+    return [annotation] if _is_model(annotation) else []
+
+
+def _tag(model: type[BaseModel]) -> str | None:
+    for key in ("scheme", "name", "kind", "model"):
+        field = model.model_fields.get(key)
+        if field is not None and typing.get_origin(field.annotation) is Literal:
+            return typing.get_args(field.annotation)[0]
+    return None

@@ -1,0 +1,33 @@
+"""Independent random streams derived from the scenario seed.
+
+Every random choice draws from a stream named by (seed, use, *keys) - e.g. ("train", round, device) - so
+results never depend on which runner did the work, in what order, or how many runners there are.
+"""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+
+
+def _key(part: int | str) -> int:
+    if isinstance(part, str):
+        return zlib.crc32(part.encode())
+    if isinstance(part, (int, np.integer)) and part >= 0:
+        return int(part)
+    raise ValueError(f"stream keys are names or non-negative integers, got {part!r}")
+
+
+def seed_sequence(seed: int, use: str, *keys: int | str) -> np.random.SeedSequence:
+    return np.random.SeedSequence([_key(seed), _key(use), *(_key(k) for k in keys)])
+
+
+def rng(seed: int, use: str, *keys: int | str) -> np.random.Generator:
+    """A numpy Generator for one use, e.g. rng(seed, "sampling", round)."""
+    return np.random.Generator(np.random.PCG64(seed_sequence(seed, use, *keys)))
+
+
+def torch_seed(seed: int, use: str, *keys: int | str) -> int:
+    """A 63-bit integer seed for torch.Generator / torch.manual_seed for one use."""
+    return int(seed_sequence(seed, use, *keys).generate_state(2, np.uint32).astype(np.uint64) @ np.array(
+        [1 << 32, 1], dtype=np.uint64)) & ((1 << 63) - 1)

@@ -1,0 +1,122 @@
+"""Local training of one device: plain PyTorch, no Ray, so the runner and the baselines share it."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+
+@dataclass(frozen=True)
+class LocalTraining:
+    """What a device runs in a round; built by the algorithm, executed by a runner."""
+
+    lr: float
+    batch_size: int
+    local_steps: int | None = None
+    local_epochs: int | None = None
+    optimizer: str = "sgd"
+    momentum: float = 0.0
+    weight_decay: float = 0.0
+    prox_mu: float = 0.0  # FedProx: (mu / 2) ||w - w_global||^2
+
+    def steps_for(self, num_samples: int) -> int:
+        if num_samples == 0:
+            return 0
+        if self.local_steps is not None:
+            return self.local_steps
+        return self.local_epochs * math.ceil(num_samples / min(self.batch_size, num_samples))
+
+    def samples_processed(self, num_samples: int) -> int:
+        """How many samples pass through the model: what a device's compute time is charged for."""
+        if num_samples == 0:
+            return 0
+        if self.local_epochs is not None:
+            return self.local_epochs * num_samples
+        return self.local_steps * min(self.batch_size, num_samples)
+
+
+@dataclass
+class TrainStats:
+    steps: int
+    loss: float  # mean minibatch loss over the local steps
+    accuracy: float  # fraction of training samples classified correctly while training
+
+
+def make_optimizer(spec: LocalTraining, parameters) -> torch.optim.Optimizer:
+    if spec.optimizer == "adam":
+        return torch.optim.Adam(parameters, lr=spec.lr, weight_decay=spec.weight_decay)
+    return torch.optim.SGD(parameters, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
+
+
+def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec: LocalTraining,
+                  generator: torch.Generator) -> TrainStats:
+    """Run the device's local steps in place on `model`.
+
+    Minibatches walk through a shuffled order and reshuffle when it is used up, so K steps and E epochs
+    are the same loop. All randomness comes from `generator` (and the caller's torch seed for dropout).
+    """
+    n = len(labels)
+    steps = spec.steps_for(n)
+    if steps == 0:
+        return TrainStats(0, float("nan"), float("nan"))
+    batch = min(spec.batch_size, n)
+    optimizer = make_optimizer(spec, model.parameters())
+    anchor = [p.detach().clone() for p in model.parameters()] if spec.prox_mu > 0 else None
+    model.train()
+    loss_sum = torch.zeros((), device=inputs.device)
+    correct = torch.zeros((), device=inputs.device, dtype=torch.int64)
+    seen = 0
+    order = torch.randperm(n, generator=generator).to(inputs.device)
+    position = 0
+    for _ in range(steps):
+        if position >= n:
+            order = torch.randperm(n, generator=generator).to(inputs.device)
+            position = 0
+        index = order[position:position + batch]
+        position += batch
+        x, y = inputs[index], labels[index]
+        logits = model(x)
+        loss = F.cross_entropy(logits, y)
+        objective = loss
+        if anchor is not None:
+            objective = loss + 0.5 * spec.prox_mu * sum(
+                (p - a).pow(2).sum() for p, a in zip(model.parameters(), anchor))
+        optimizer.zero_grad(set_to_none=True)
+        objective.backward()
+        optimizer.step()
+        loss_sum += loss.detach()
+        correct += (logits.detach().argmax(1) == y).sum()
+        seen += len(y)
+    return TrainStats(steps, float(loss_sum) / steps, float(correct) / seen)
+
+
+@torch.no_grad()
+def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int) -> tuple[float, float]:
+    """Mean cross-entropy and accuracy of `model` on a labelled set."""
+    model.eval()
+    if len(labels) == 0:
+        return float("nan"), float("nan")
+    loss_sum = torch.zeros((), dtype=torch.float64, device=inputs.device)
+    correct = torch.zeros((), dtype=torch.int64, device=inputs.device)
+    for start in range(0, len(labels), batch_size):
+        x, y = inputs[start:start + batch_size], labels[start:start + batch_size]
+        logits = model(x)
+        loss_sum += F.cross_entropy(logits, y, reduction="sum").double()
+        correct += (logits.argmax(1) == y).sum()
+    return float(loss_sum) / len(labels), float(correct) / len(labels)
+
+
+def seeded_generator(seed: int) -> torch.Generator:
+    """A CPU generator: minibatch orders then match across CPU and GPU runners."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    return generator
+
+
+def as_device_tensors(x: torch.Tensor, y: torch.Tensor, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+    if device.type == "cpu":
+        return x, y
+    return x.to(device, non_blocking=True), y.to(device, non_blocking=True)

@@ -1,0 +1,114 @@
+"""The scenario schema: good files load, bad files get errors that name the field and the fix."""
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from emulator.cli import main
+from emulator.scenario import ScenarioError, apply_overrides, load_scenario, validate_scenario
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def write(tmp_path, text: str) -> Path:
+    path = tmp_path / "scenario.yaml"
+    path.write_text(text)
+    return path
+
+
+def problems(tmp_path, text: str, overrides=()) -> str:
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(write(tmp_path, text), list(overrides))
+    return str(err.value)
+
+
+def test_every_shipped_scenario_validates():
+    files = sorted((ROOT / "scenarios").rglob("*.yaml"))
+    assert files, "no scenarios shipped"
+    for path in files:
+        load_scenario(path)
+
+
+def test_defaults_fill_in_a_minimal_file(tmp_path):
+    scenario = load_scenario(write(tmp_path, "name: x\nrounds: 3\n"))
+    assert scenario.data.dataset == "synthetic" and scenario.data.partition.scheme == "natural"
+    assert scenario.algorithm.name == "fedavg" and scenario.algorithm.local_steps == 10
+    vision = load_scenario(write(tmp_path, "name: x\nrounds: 3\ndata: {dataset: mnist}\n"))
+    assert vision.data.partition.scheme == "iid"
+
+
+def test_unknown_key_is_rejected_with_the_allowed_keys(tmp_path):
+    msg = problems(tmp_path, "name: x\nrounds: 3\nalgorithm: {name: fedavg, client_lrr: 0.1}\n")
+    assert "algorithm.client_lrr: unknown key" in msg and "client_lr" in msg
+
+
+def test_wrong_type_and_out_of_range_name_the_yaml_path(tmp_path):
+    msg = problems(tmp_path, "name: x\nrounds: many\n")
+    assert "rounds:" in msg and "integer" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\ndata: {partition: {scheme: dirichlet, alpha: -1}}\n")
+    assert "data.partition.alpha" in msg and "greater than 0" in msg
+
+
+def test_unknown_names_list_the_choices(tmp_path):
+    msg = problems(tmp_path, "name: x\nrounds: 3\nmodel: vgg\n")
+    assert "model.name" in msg and "'vgg'" in msg and "cnn_fmnist" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\nalgorithm: {name: fedsgd}\n")
+    assert "algorithm.name" in msg and "fedavg" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\ndata: {dataset: imagenet}\n")
+    assert "data.dataset" in msg and "fashion_mnist" in msg
+
+
+def test_cross_field_problems_point_at_the_field(tmp_path):
+    msg = problems(tmp_path, "name: x\nrounds: 3\nalgorithm: {clients_per_round: 50}\npopulation: {devices: 10}\n")
+    assert "algorithm.clients_per_round" in msg and "with_replacement" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\nmodel: cnn_fmnist\n")
+    assert "model.name" in msg and "(1, 28, 28)" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\ndata: {dataset: mnist, partition: {scheme: natural}}\n")
+    assert "data.partition.scheme" in msg
+    msg = problems(tmp_path, "name: x\nrounds: 3\nalgorithm: {local_steps: 5, local_epochs: 1}\n")
+    assert "algorithm" in msg and "not both" in msg
+
+
+def test_malformed_yaml_says_where(tmp_path):
+    msg = problems(tmp_path, "name: x\nrounds: [3\n")
+    assert "not valid YAML" in msg and "line" in msg
+    msg = problems(tmp_path, "- a\n- b\n")
+    assert "mapping" in msg
+
+
+def test_overrides_set_nested_fields_with_yaml_types(tmp_path):
+    path = write(tmp_path, "name: x\nrounds: 3\nmodel: logreg\n")
+    scenario = load_scenario(path, ["rounds=7", "algorithm.client_lr=0.5", "model.name=mlp",
+                                    "data.partition.scheme=dirichlet", "data.partition.alpha=0.1"])
+    assert scenario.rounds == 7 and scenario.algorithm.client_lr == 0.5 and scenario.model.name == "mlp"
+    assert scenario.data.partition.alpha == 0.1
+    assert "rounds" in problems(tmp_path, "name: x\nrounds: 3\n", ["rounds=-2"])
+    with pytest.raises(ScenarioError, match="KEY=VALUE"):
+        apply_overrides({}, ["rounds"])
+    with pytest.raises(ScenarioError, match="not a section"):
+        apply_overrides({"rounds": 3}, ["rounds.x=1"])
+
+
+def test_resolved_scenario_round_trips(tmp_path):
+    scenario = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
+    again = validate_scenario(yaml.safe_load(yaml.safe_dump(scenario.model_dump(mode="json"))))
+    assert again == scenario
+
+
+def test_validate_command_exit_codes(tmp_path, capsys):
+    assert main(["validate", str(ROOT / "scenarios" / "quickstart.yaml"), "--quiet"]) == 0
+    bad = write(tmp_path, "name: x\nrounds: 0\n")
+    assert main(["validate", str(bad)]) == 2
+    err = capsys.readouterr().err
+    assert "rounds" in err and "Traceback" not in err
+
+
+def test_cli_bad_input_has_no_traceback(tmp_path):
+    bad = write(tmp_path, "name: x\nrounds: 3\nruntime: {num_cpus: -1}\n")
+    proc = subprocess.run([sys.executable, "-m", "emulator", "run", str(bad), "--out", str(tmp_path / "run")],
+                          capture_output=True, text=True)
+    assert proc.returncode == 2
+    assert "runtime.num_cpus" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "run").exists()
