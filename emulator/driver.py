@@ -68,6 +68,8 @@ def run_scenario(scenario: Scenario, out: str | Path | None = None,
                 row = ray.get(server.run_round.remote())
                 row["wall_time_s"] = round(time.time() - rounds_started, 4)
                 directory.append(row)
+                if scenario.system.events:
+                    directory.append_events(ray.get(server.take_events.remote()))
                 rows.append(row)
                 summary.update(_progress(rows))
                 if on_round:
@@ -79,6 +81,10 @@ def run_scenario(scenario: Scenario, out: str | Path | None = None,
                 summary["error"] = f"{type(exc).__name__}: {exc}"
             raise
         finally:
+            try:
+                directory.write_participation(ray.get(server.participation.remote()))
+            except Exception as exc:  # the server itself failed: keep what the metrics already hold
+                summary.setdefault("error", f"participation not saved: {exc}")
             summary["finished_at"] = _stamp(time.time())
             summary["wall_time_s"] = round(time.time() - started, 3)
             directory.write_summary(summary)
@@ -93,6 +99,7 @@ def _progress(rows: list[dict]) -> dict:
     last = rows[-1]
     return {
         "rounds_completed": len(rows),
+        "rounds_failed": sum(int(r["failed"]) for r in rows),
         "sim_time_s": last["sim_time_s"],
         "bytes_down": sum(r["bytes_down"] for r in rows),
         "bytes_up": sum(r["bytes_up"] for r in rows),

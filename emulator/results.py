@@ -66,6 +66,24 @@ class RunDirectory:
         self._metrics.flush()
         os.fsync(self._metrics.fileno())
 
+    def append_events(self, events: list[tuple]) -> None:
+        """Device events of one round: round, time_s, device, event (selected, checked_in, reported, ...)."""
+        path = self.path / "events.csv"
+        new = not path.exists()
+        with open(path, "a", newline="") as handle:
+            writer = csv.writer(handle)
+            if new:
+                writer.writerow(["round", "time_s", "device", "event"])
+            writer.writerows(events)
+
+    def write_participation(self, columns: dict) -> None:
+        """One row per device: its counters (selected, reported, dropped, straggled) and profile."""
+        import pandas as pd
+
+        tmp = self.path / ".participation.csv.tmp"
+        pd.DataFrame(columns).to_csv(tmp, index=False, float_format="%.6g")
+        os.replace(tmp, self.path / "participation.csv")
+
     def write_summary(self, summary: dict) -> None:
         write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
 

@@ -175,15 +175,185 @@ AlgorithmConfig = Annotated[Union[FedAvgConfig], Field(discriminator="name")]
 
 
 # --------------------------------------------------------------------------------- population, system
+def _check_shares(entries, where: str) -> None:
+    total = sum(entry.share for entry in entries)
+    if abs(total - 1.0) > 1e-6:
+        raise ScenarioFieldError(where, f"shares add up to {total:g}; they must add up to 1")
+
+
+class ComputeTier(Strict):
+    share: float = Field(gt=0, le=1)
+    s_per_sample: float = Field(gt=0)
+    name: Optional[str] = None
+
+
+class LognormalCompute(Strict):
+    """Seconds per training sample ~ lognormal around a median (phones differ by an order of magnitude)."""
+
+    kind: Literal["lognormal"] = "lognormal"
+    median_s_per_sample: float = Field(0.005, gt=0)
+    sigma: float = Field(0.5, ge=0)
+
+
+class TieredCompute(Strict):
+    """A table of device tiers, each with a share of the population and its seconds per sample."""
+
+    kind: Literal["tiers"] = "tiers"
+    tiers: list[ComputeTier] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shares(self):
+        _check_shares(self.tiers, "population.compute.tiers")
+        return self
+
+
+class NetworkTier(Strict):
+    share: float = Field(gt=0, le=1)
+    down_mbps: float = Field(gt=0)
+    up_mbps: float = Field(gt=0)
+    latency_s: float = Field(0.05, ge=0)
+    name: Optional[str] = None
+
+
+class LognormalNetwork(Strict):
+    """Down/up bandwidth (Mbit/s) ~ lognormal around medians; a fixed latency per transfer."""
+
+    kind: Literal["lognormal"] = "lognormal"
+    down_mbps: float = Field(20.0, gt=0)
+    up_mbps: float = Field(5.0, gt=0)
+    sigma: float = Field(0.5, ge=0)
+    latency_s: float = Field(0.05, ge=0)
+
+
+class TieredNetwork(Strict):
+    kind: Literal["tiers"] = "tiers"
+    tiers: list[NetworkTier] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _shares(self):
+        _check_shares(self.tiers, "population.network.tiers")
+        return self
+
+
+class AlwaysAvailable(Strict):
+    kind: Literal["always"] = "always"
+    share: float = Field(1.0, gt=0, le=1)
+
+
+class NeverAvailable(Strict):
+    """Devices that never take part (they never check in)."""
+
+    kind: Literal["never"] = "never"
+    share: float = Field(gt=0, le=1)
+
+
+class MarkovAvailability(Strict):
+    """On/off periods with exponential durations; the long-run online share is mean_on / (mean_on + mean_off)."""
+
+    kind: Literal["markov"] = "markov"
+    share: float = Field(1.0, gt=0, le=1)
+    mean_on_s: float = Field(gt=0)
+    mean_off_s: float = Field(gt=0)
+
+
+class TimeZones(Strict):
+    offsets_h: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    shares: Optional[list[float]] = None
+
+    @model_validator(mode="after")
+    def _shares(self):
+        if self.shares is not None:
+            if len(self.shares) != len(self.offsets_h):
+                raise ValueError(f"shares has {len(self.shares)} entries, offsets_h has {len(self.offsets_h)}")
+            if any(x < 0 for x in self.shares) or abs(sum(self.shares) - 1) > 1e-6:
+                raise ValueError("shares must be non-negative and add up to 1")
+        if any(not -14 <= x <= 14 for x in self.offsets_h):
+            raise ValueError("offsets_h are hours from UTC, between -14 and 14")
+        return self
+
+
+class DiurnalAvailability(Strict):
+    """Online in a daily window of local time (e.g. 22:00 for 8 h, charging on Wi-Fi at night).
+
+    Each device's window starts at start_hour + a fixed offset in [-start_spread_h/2, start_spread_h/2]
+    plus a fresh N(0, jitter_h) shift every day, in the device's own time zone."""
+
+    kind: Literal["diurnal"] = "diurnal"
+    share: float = Field(1.0, gt=0, le=1)
+    start_hour: float = Field(22.0, ge=0, lt=24)
+    hours: float = Field(8.0, gt=0, le=24)
+    start_spread_h: float = Field(0.0, ge=0, le=24)
+    jitter_h: float = Field(0.0, ge=0)
+    timezones: TimeZones = TimeZones()
+
+
+class TraceAvailability(Strict):
+    """Online intervals from a CSV file (device_id, start_s, end_s), FedScale style.
+
+    Population devices are mapped onto the trace's devices (device i -> the i-th trace device, cycling);
+    with repeat_s the trace repeats with that period."""
+
+    kind: Literal["trace"] = "trace"
+    share: float = Field(1.0, gt=0, le=1)
+    file: str
+    repeat_s: Optional[float] = Field(None, gt=0)
+
+
+Availability = Annotated[
+    Union[AlwaysAvailable, NeverAvailable, MarkovAvailability, DiurnalAvailability, TraceAvailability],
+    Field(discriminator="kind"),
+]
+
+
 class PopulationConfig(Strict):
+    """The devices: how many, how fast they compute and communicate, when they are online, how often they drop."""
+
     devices: int = Field(100, gt=0)
+    compute: Annotated[Union[LognormalCompute, TieredCompute], Field(discriminator="kind")] = LognormalCompute()
+    compute_jitter: float = Field(0.1, ge=0)
+    network: Annotated[Union[LognormalNetwork, TieredNetwork], Field(discriminator="kind")] = LognormalNetwork()
+    availability: list[Availability] = Field(default_factory=lambda: [AlwaysAvailable()], min_length=1)
+    dropout_per_hour: float = Field(0.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_kinds(cls, data: Any):
+        if isinstance(data, dict):
+            data = dict(data)
+            for key in ("compute", "network"):
+                if isinstance(data.get(key), dict) and "kind" not in data[key]:
+                    data[key] = {"kind": "tiers" if "tiers" in data[key] else "lognormal", **data[key]}
+        return data
+
+    @model_validator(mode="after")
+    def _shares(self):
+        _check_shares(self.availability, "population.availability")
+        return self
+
+
+class ServerProfile(Strict):
+    """The server's compute, charged on the simulated clock for server-side training (SAFARI, FSL)."""
+
+    s_per_sample: float = Field(1e-4, ge=0)
 
 
 class SystemConfig(Strict):
-    """The system model. `ideal`: every device always available, every round lasts round_duration_s."""
+    """The simulated world.
 
-    model: Literal["ideal"] = "ideal"
+    `simulated`: devices check in when online, the cohort is over-selected, each selected device downloads,
+    trains and uploads at its own speed, and the round closes when `clients_per_round` reports arrived or
+    the deadline passed. `ideal`: everyone always available, every round lasts round_duration_s."""
+
+    model: Literal["simulated", "ideal"] = "simulated"
+    over_selection: float = Field(1.3, ge=1)
+    deadline_s: Optional[float] = Field(None, gt=0)
+    min_report_fraction: float = Field(0.8, gt=0, le=1)
+    selection_timeout_s: float = Field(3600.0, ge=0)
+    checkin_poll_s: float = Field(60.0, gt=0)
+    snapshot_deadline_s: Optional[float] = Field(None, gt=0)
     round_duration_s: float = Field(60.0, gt=0)
+    server: ServerProfile = ServerProfile()
+    events: bool = False
 
 
 # ---------------------------------------------------------------------------------------- execution
@@ -243,6 +413,16 @@ class Scenario(Strict):
         if self.model.name == "resnet18" and len(shape) != 3:
             raise ScenarioFieldError("model.name", f"resnet18 needs image data; dataset {self.data.dataset} "
                                                    "gives flat features")
+        population = self.population
+        if self.system.model == "ideal":
+            if any(a.kind != "always" for a in population.availability):
+                raise ScenarioFieldError("population.availability", "availability only applies with "
+                                                                     "system.model: simulated (the ideal model keeps everyone online)")
+            if population.dropout_per_hour > 0:
+                raise ScenarioFieldError("population.dropout_per_hour", "dropout only applies with "
+                                                                        "system.model: simulated")
+            if self.system.deadline_s is not None:
+                raise ScenarioFieldError("system.deadline_s", "deadlines only apply with system.model: simulated")
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self
@@ -373,25 +553,40 @@ def _walk(loc: list) -> tuple[type[BaseModel] | None, list]:
     that holds the last key (for listing the allowed keys) and the cleaned YAML path."""
     path: list = []
     parent: Any = None
-    current: Any = Scenario
+    annotation: Any = Scenario
     i = 0
     while i < len(loc):
         part = loc[i]
-        parent = current if _is_model(current) else None
         path.append(part)
         i += 1
-        field = parent.model_fields.get(part) if parent is not None and isinstance(part, str) else None
-        if field is None:
-            current = None
+        if isinstance(part, int):  # a list index: step into the item type
+            items = typing.get_args(_strip_annotated(annotation))
+            annotation = items[0] if items else None
+        else:
+            model = annotation if _is_model(annotation) else None
+            parent = model
+            field = model.model_fields.get(part) if model is not None else None
+            annotation = field.annotation if field is not None else None
+        if typing.get_origin(_strip_annotated(annotation)) is list:
             continue
-        members = _union_models(field.annotation)
+        members = _union_models(annotation)
         tags = {_tag(m): m for m in members}
         if members and i < len(loc) and loc[i] in tags:
-            current = tags[loc[i]]
+            annotation = tags[loc[i]]
             i += 1
-        else:
-            current = members[0] if len(members) == 1 else None
+        elif len(members) == 1:
+            annotation = members[0]
     return parent, path
+
+
+def _strip_annotated(annotation: Any) -> Any:
+    while typing.get_origin(annotation) is Annotated:
+        annotation = typing.get_args(annotation)[0]
+    if typing.get_origin(annotation) is Union:  # Optional[list[...]]
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(args) == 1:
+            return _strip_annotated(args[0])
+    return annotation
 
 
 def _is_model(obj: Any) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
 import torch
 from torch import nn
 from torch.nn import functional as F
@@ -29,13 +30,13 @@ class LocalTraining:
             return self.local_steps
         return self.local_epochs * math.ceil(num_samples / min(self.batch_size, num_samples))
 
-    def samples_processed(self, num_samples: int) -> int:
-        """How many samples pass through the model: what a device's compute time is charged for."""
-        if num_samples == 0:
-            return 0
+    def samples_processed(self, num_samples):
+        """How many samples pass through the model (for a count or an array of counts): what a device's
+        compute time is charged for."""
+        n = np.asarray(num_samples)
         if self.local_epochs is not None:
-            return self.local_epochs * num_samples
-        return self.local_steps * min(self.batch_size, num_samples)
+            return self.local_epochs * n
+        return self.local_steps * np.minimum(self.batch_size, n)
 
 
 @dataclass

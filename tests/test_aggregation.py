@@ -5,8 +5,7 @@ import pytest
 from emulator.aggregation import WeightedMean, server_update
 from emulator.algorithms import AlgorithmContext, ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
-from emulator.algorithms.selection import Uniform
-from emulator.runtime.server import _in_draw_order
+from emulator.algorithms.selection import Uniform, distinct_in_draw_order
 from emulator.scenario import FedAvgConfig
 from emulator.training import TrainStats
 
@@ -51,6 +50,13 @@ def test_sample_count_weights():
     np.testing.assert_allclose(new, [0.25, 0.75], rtol=1e-6)
 
 
+def test_a_device_without_data_does_not_pull_the_average_to_zero():
+    x = np.zeros(2, dtype=np.float32)
+    empty = ClientUpdate(1, 0, np.zeros(2, np.float32), TrainStats(steps=0, loss=float("nan"), accuracy=float("nan")))
+    new = fedavg().aggregate(x, iter([update(0, [2.0, 4.0]), empty]))
+    np.testing.assert_allclose(new, [2.0, 4.0])
+
+
 def test_no_updates_keeps_the_model():
     x = np.array([1.0, -1.0], dtype=np.float32)
     assert np.array_equal(fedavg().aggregate(x, iter([])), x)
@@ -73,7 +79,7 @@ def test_server_update_is_x_plus_eta_delta():
 def test_sampling_with_replacement_yields_multiplicities():
     rng = np.random.default_rng(0)
     drawn = Uniform(replace=True).select(np.arange(3), 30, rng)
-    devices, counts = _in_draw_order(drawn)
+    devices, counts = distinct_in_draw_order(drawn)
     assert counts.sum() == 30 and len(devices) <= 3 and counts.max() >= 2
     assert list(devices) == list(dict.fromkeys(drawn.tolist()))
 

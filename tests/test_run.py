@@ -20,7 +20,7 @@ def run(tmp_path, name="run", **overrides):
 
 
 def test_a_run_learns_and_writes_its_directory(ray_session, tmp_path):
-    result = run(tmp_path, rounds=12, **{"evaluation.every": 4})
+    result = run(tmp_path, rounds=12, **{"evaluation.every": 4, "system.model": "ideal"})
     rows = read_metrics(result.path)
     assert [int(r["round"]) for r in rows] == list(range(1, 13))
     assert all(column in rows[0] for column in REQUIRED)

@@ -58,6 +58,12 @@ class Algorithm:
     def local_training(self, device: int) -> LocalTraining:
         raise NotImplementedError
 
+    def samples_processed(self, devices: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+        """Samples each device puts through the model this round (its compute time is charged for these)."""
+        if len(devices) == 0:
+            return np.zeros(0)
+        return self.local_training(int(devices[0])).samples_processed(sizes[devices])
+
     def aggregate(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> np.ndarray:
         """Consume updates as they stream in (device order) and return the next global parameters."""
         raise NotImplementedError

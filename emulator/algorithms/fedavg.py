@@ -37,6 +37,9 @@ class FedAvg(Algorithm):
         return self._local
 
     def weight(self, update: ClientUpdate) -> float:
+        """A device that had no data to train on (steps == 0) sends no information and gets no weight."""
+        if update.stats.steps == 0:
+            return 0.0
         base = update.num_samples if self.config.weighting == "samples" else 1.0
         return float(base * update.multiplicity)
 

@@ -14,6 +14,10 @@ class SelectionPolicy:
     def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
 
+    def capacity(self, available: int) -> float:
+        """How many draws `available` devices can give (the system waits for check-ins below this)."""
+        return available
+
 
 @dataclass(frozen=True)
 class Uniform(SelectionPolicy):
@@ -21,9 +25,21 @@ class Uniform(SelectionPolicy):
 
     replace: bool = False
 
+    def capacity(self, available: int) -> float:
+        return np.inf if self.replace and available else available
+
     def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
         if len(available) == 0 or count == 0:
             return np.zeros(0, dtype=np.int64)
         if not self.replace:
             count = min(count, len(available))
         return np.asarray(rng.choice(available, size=count, replace=self.replace), dtype=np.int64)
+
+
+def distinct_in_draw_order(drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Distinct devices in the order first drawn, with how often each was drawn."""
+    if len(drawn) == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    unique, first, counts = np.unique(drawn, return_index=True, return_counts=True)
+    order = np.argsort(first, kind="stable")
+    return unique[order], counts[order]

@@ -72,7 +72,10 @@ def partition_dirichlet(labels: np.ndarray, num_classes: int, devices: int, alph
     n = len(labels)
     if balanced:
         return _dirichlet_balanced(labels, num_classes, devices, alpha, rng)
-    _check_devices(n, devices, max(min_samples, 1))
+    if devices * min_samples > n:
+        raise ValueError(f"data.partition.min_samples: {devices} devices x {min_samples} samples each exceed the "
+                         f"{n} training samples; lower min_samples or population.devices")
+    _check_devices(n, devices)
     pools = _class_pools(labels, num_classes, rng)
     for _ in range(MAX_DIRICHLET_ATTEMPTS):
         owners = []

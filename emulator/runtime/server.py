@@ -14,6 +14,7 @@ import torch
 
 from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
+from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import DeviceJob, RunContext
@@ -22,9 +23,9 @@ from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
 from emulator.training import evaluate
 
-BASE_COLUMNS = ("round", "kind", "sim_start_s", "sim_time_s", "round_duration_s", "selected", "participants",
-                "dropped", "stragglers", "bytes_down", "bytes_up", "train_loss", "train_acc", "test_loss",
-                "test_acc", "wall_time_s")
+BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
+                "participants", "dropped", "stragglers", "bytes_down", "bytes_up", "server_compute_s",
+                "train_loss", "train_acc", "test_loss", "test_acc", "wall_time_s")
 
 
 class FederatedServer:
@@ -48,6 +49,7 @@ class FederatedServer:
         self.system = build_system(self.scenario)
         self.pool = RunnerPool(runners)
         self.round = 0
+        self._events: list[tuple] = []
 
     @property
     def columns(self) -> tuple[str, ...]:
@@ -60,12 +62,13 @@ class FederatedServer:
         self.round += 1
         seed, r = self.scenario.seed, self.round
         plan = self.algorithm.plan_round(r)
-        local = self.algorithm.local_training
         outcome = self.system.client_round(CohortRequest(
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
             bytes_down=self.model_bytes, bytes_up=self.model_bytes,
-            samples_processed=lambda d: local(d).samples_processed(int(self.sizes[d]))))
-        devices, counts = _in_draw_order(outcome.reported)
+            samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
+            snapshot=plan.kind == "snapshot"))
+        devices, counts = distinct_in_draw_order(outcome.reported)
+        local = self.algorithm.local_training
         jobs = [DeviceJob(self.run_key, int(d), local(int(d)), torch_seed(seed, "train", r, int(d)), int(c))
                 for d, c in zip(devices, counts)]
         stats: list[ClientUpdate] = []
@@ -80,13 +83,16 @@ class FederatedServer:
                 yield update
 
         self.params = self.algorithm.aggregate(self.params, streamed())
+        self._events = [(r, t, d, e) for t, d, e in outcome.events]
         losses = [u.stats.loss for u in stats if u.stats.steps > 0]
         accs = [u.stats.accuracy for u in stats if u.stats.steps > 0]
         row = {
-            "round": r, "kind": plan.kind, "sim_start_s": outcome.start_s, "sim_time_s": outcome.end_s,
-            "round_duration_s": outcome.duration_s, "selected": len(np.unique(outcome.selected)),
-            "participants": len(devices), "dropped": len(outcome.dropped), "stragglers": len(outcome.stragglers),
+            "round": r, "kind": plan.kind, "failed": int(outcome.failed), "sim_start_s": outcome.start_s,
+            "sim_time_s": outcome.end_s, "round_duration_s": outcome.duration_s,
+            "selected": len(np.unique(outcome.selected)), "participants": len(devices),
+            "dropped": len(outcome.dropped), "stragglers": len(outcome.stragglers),
             "bytes_down": int(outcome.bytes_down), "bytes_up": int(outcome.bytes_up),
+            "server_compute_s": outcome.server_compute_s,
             "train_loss": float(np.mean(losses)) if losses else None,
             "train_acc": float(np.mean(accs)) if accs else None,
             "test_loss": None, "test_acc": None,
@@ -96,6 +102,16 @@ class FederatedServer:
         row.update(self.algorithm.after_round(row))
         return row
 
+    def take_events(self) -> list[tuple]:
+        """The last round's device events (round, time_s, device, event), when system.events is on."""
+        events, self._events = self._events, []
+        return events
+
+    def participation(self) -> dict[str, np.ndarray]:
+        """Per-device columns for participation.csv: counters, sample counts and the device's profile."""
+        return {"device": np.arange(len(self.sizes)), "samples": self.sizes, **self.system.ledger.state(),
+                **self.system.describe_devices()}
+
     def evaluate(self) -> tuple[float, float]:
         param_vector.load(self.model, self.params)
         loss, acc = evaluate(self.model, self.test_x, self.test_y, self.scenario.evaluation.batch_size)
@@ -103,15 +119,6 @@ class FederatedServer:
 
     def get_params(self) -> np.ndarray:
         return self.params
-
-
-def _in_draw_order(drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Distinct devices in the order first drawn, with how often each was drawn."""
-    if len(drawn) == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    unique, first, counts = np.unique(drawn, return_index=True, return_counts=True)
-    order = np.argsort(first, kind="stable")
-    return unique[order], counts[order]
 
 
 ServerActor = ray.remote(FederatedServer)

@@ -3,10 +3,14 @@ from __future__ import annotations
 
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.ideal import IdealSystem
+from emulator.system.simulated import SimulatedSystem
 
 
 def build_system(scenario) -> SystemModel:
-    return IdealSystem(scenario.population.devices, scenario.system.round_duration_s)
+    if scenario.system.model == "ideal":
+        return IdealSystem(scenario.population.devices, scenario.system.round_duration_s,
+                           scenario.system.server.s_per_sample)
+    return SimulatedSystem(scenario)
 
 
-__all__ = ["CohortRequest", "RoundOutcome", "SystemModel", "IdealSystem", "build_system"]
+__all__ = ["CohortRequest", "RoundOutcome", "SystemModel", "IdealSystem", "SimulatedSystem", "build_system"]

@@ -1,8 +1,8 @@
 """The system-model interface: the simulated world that decides who takes part and how long it takes.
 
-The server asks for a cohort; the system model answers with who was selected, who reported in time,
-who dropped, when the round started and ended on the simulated clock, and what crossed the network.
-Real training happens afterwards, only for the devices that reported.
+The server asks for a cohort; the system model answers with who was selected, who reported in time, who
+dropped or straggled, when the round started and ended on the simulated clock, and what crossed the
+network. Real training happens afterwards, only for the devices that reported.
 """
 from __future__ import annotations
 
@@ -11,7 +11,10 @@ from typing import Callable
 
 import numpy as np
 
+from emulator.accounting import ParticipationLedger
 from emulator.algorithms.selection import SelectionPolicy
+
+_EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
@@ -22,20 +25,23 @@ class CohortRequest:
     rng: np.random.Generator
     bytes_down: int  # per selected device
     bytes_up: int  # per reporting device
-    samples_processed: Callable[[int], int] = lambda device: 0  # local work, for compute time
+    samples_processed: Callable[[np.ndarray], np.ndarray] = lambda devices: np.zeros(len(devices))
+    snapshot: bool = False  # sample from the whole population and wait for those devices to check in
 
 
 @dataclass
 class RoundOutcome:
     start_s: float
     end_s: float
-    selected: np.ndarray  # device ids in draw order, repeats when drawn twice
-    reported: np.ndarray  # the subset (with repeats) whose updates arrived in time, in draw order
-    dropped: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
-    stragglers: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    selected: np.ndarray  # device ids as drawn, repeats when drawn twice
+    reported: np.ndarray  # ids (with repeats) whose updates arrived in time, in arrival order
+    dropped: np.ndarray = field(default_factory=lambda: _EMPTY)
+    stragglers: np.ndarray = field(default_factory=lambda: _EMPTY)
     bytes_down: int = 0
     bytes_up: int = 0
     failed: bool = False
+    server_compute_s: float = 0.0
+    events: list = field(default_factory=list)  # (time_s, device, event) when events are recorded
 
     @property
     def duration_s(self) -> float:
@@ -43,9 +49,33 @@ class RoundOutcome:
 
 
 class SystemModel:
-    """A simulated clock plus the population's behaviour."""
+    """A simulated clock plus the population's behaviour, and the per-device participation ledger."""
 
-    now_s: float = 0.0
+    def __init__(self, num_devices: int, server_s_per_sample: float = 0.0):
+        self.num_devices = num_devices
+        self.now_s = 0.0
+        self.server_s_per_sample = server_s_per_sample
+        self.ledger = ParticipationLedger(num_devices)
 
     def client_round(self, request: CohortRequest) -> RoundOutcome:
         raise NotImplementedError
+
+    def server_round(self, samples: int) -> RoundOutcome:
+        """The server trains on its own data: the clock advances by its compute time, no device is involved."""
+        start = self.now_s
+        seconds = samples * self.server_s_per_sample
+        self.now_s += seconds
+        return RoundOutcome(start, self.now_s, _EMPTY, _EMPTY, server_compute_s=seconds)
+
+    def charge_server(self, samples: int) -> float:
+        """Server-side work after a client round (FSL): advances the clock, returns the seconds charged."""
+        seconds = samples * self.server_s_per_sample
+        self.now_s += seconds
+        return seconds
+
+    def state(self) -> dict:
+        return {"now_s": self.now_s, "ledger": self.ledger.state()}
+
+    def describe_devices(self) -> dict[str, np.ndarray]:
+        """Per-device columns for participation.csv beyond the counters."""
+        return {}

@@ -1,0 +1,107 @@
+"""How fast is the system model alone, as the population grows?
+
+Populations of 10^4, 10^5 and 10^6 devices with diurnal availability (three time zones, an 8-hour window,
+jitter) and dropout; each round selects 1000 devices (x 1.3 over-selection) from those online, simulates
+their download / compute / upload on the SimPy clock and closes at the target. No training. Each size runs
+in a fresh process so peak memory (ru_maxrss) is its own; the baseline row is an empty process that
+imports the same modules, so the memory the population itself costs is the difference.
+
+Targets: <= 20 ms a round at 10^5 devices, <= 200 ms at 10^6, < 1 GiB for 10^6 devices.
+
+    .venv/bin/python benchmarks/system.py [--rounds 50] [--sizes 10000 100000 1000000]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+
+TARGET_MS = {100_000: 20.0, 1_000_000: 200.0}
+TARGET_MEM_MIB = {1_000_000: 1024.0}
+COHORT = 1000
+
+
+def scenario(devices: int) -> dict:
+    return {
+        "name": f"system-{devices}", "rounds": 1, "seed": 0,
+        "algorithm": {"clients_per_round": COHORT, "local_steps": 10, "batch_size": 32},
+        "population": {
+            "devices": devices,
+            "availability": [{"kind": "diurnal", "start_hour": 21, "hours": 8, "start_spread_h": 3,
+                              "jitter_h": 0.5, "timezones": {"offsets_h": [-5, 1, 8], "shares": [0.4, 0.3, 0.3]}}],
+            "dropout_per_hour": 0.2,
+        },
+        "system": {"model": "simulated", "over_selection": 1.3, "deadline_s": 900},
+    }
+
+
+def measure(devices: int, rounds: int) -> dict:
+    """Runs in a child process: build the world, run `rounds` rounds, report time and peak memory."""
+    import numpy as np
+
+    from emulator.algorithms.selection import Uniform
+    from emulator.scenario import validate_scenario
+    from emulator.system import CohortRequest, SimulatedSystem
+
+    if devices == 0:
+        return {"devices": 0, "build_s": 0.0, "ms_per_round": 0.0, "peak_mib": _peak_mib(), "participants": 0}
+    started = time.perf_counter()
+    system = SimulatedSystem(validate_scenario(scenario(devices)))
+    build_s = time.perf_counter() - started
+    policy = Uniform()
+    samples = lambda ids: np.full(len(ids), 320)
+    reports = 0
+    started = time.perf_counter()
+    for r in range(1, rounds + 1):
+        outcome = system.client_round(CohortRequest(r, COHORT, policy, np.random.default_rng(r), 4_800_000,
+                                                    4_800_000, samples))
+        reports += len(outcome.reported)
+    elapsed = time.perf_counter() - started
+    return {"devices": devices, "build_s": build_s, "ms_per_round": 1000 * elapsed / rounds,
+            "peak_mib": _peak_mib(), "participants": reports / rounds, "sim_hours": system.now_s / 3600}
+
+
+def _peak_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=50)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.child is not None:
+        print(json.dumps(measure(args.child, args.rounds)))
+        return 0
+    results = []
+    for size in [0] + args.sizes:
+        out = subprocess.run([sys.executable, __file__, "--child", str(size), "--rounds", str(args.rounds)],
+                             capture_output=True, text=True, check=True)
+        results.append(json.loads(out.stdout.strip().splitlines()[-1]))
+    baseline = results[0]["peak_mib"]
+    print(f"system model only: diurnal availability, {COHORT} reports a round (x1.3 over-selection), "
+          f"{args.rounds} rounds; baseline process {baseline:.0f} MiB", file=sys.stderr)
+    header = ("devices", "build s", "ms / round", "target", "peak MiB", "over baseline MiB", "mem target",
+              "reports / round", "simulated h")
+    print("| " + " | ".join(header) + " |")
+    print("|" + "---|" * len(header))
+    failed = False
+    for r in results[1:]:
+        ms_target, mem_target = TARGET_MS.get(r["devices"]), TARGET_MEM_MIB.get(r["devices"])
+        ok_ms = ms_target is None or r["ms_per_round"] <= ms_target
+        ok_mem = mem_target is None or r["peak_mib"] < mem_target
+        failed |= not (ok_ms and ok_mem)
+        print(f"| {r['devices']:,} | {r['build_s']:.2f} | {r['ms_per_round']:.1f} | "
+              f"{'-' if ms_target is None else f'<= {ms_target:.0f}'}{'' if ok_ms else ' MISSED'} | "
+              f"{r['peak_mib']:.0f} | {r['peak_mib'] - baseline:.0f} | "
+              f"{'-' if mem_target is None else f'< {mem_target:.0f}'}{'' if ok_mem else ' MISSED'} | "
+              f"{r['participants']:.0f} | {r['sim_hours']:.1f} |")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,388 @@
+"""When devices are online: always, never, Markov on/off, a diurnal window, or a trace of intervals.
+
+Availability is evaluated lazily and vectorised: nothing runs for a device until someone asks about it, and
+three questions cover everything the round protocol needs, for an array of devices at once:
+
+- online(devices, t):       is each device online at time t?
+- next_offline(devices, t): when does each (online) device go offline?
+- next_online(devices, t):  the earliest time >= t at which each device is online (inf: never)
+
+Models answer for their own members by local index; `AvailabilityMix` splits the population by share and
+dispatches by global device id. Times are simulated seconds since the run started (t = 0 is midnight UTC).
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+from emulator.scenario import ScenarioError
+from emulator.system.profiles import assign_by_share
+
+INF = np.inf
+JITTER_BOUND = 6.0  # diurnal jitter is a normal clipped at 6 sigma, so a window's reach is bounded
+
+
+class AvailabilityModel:
+    kind = "base"
+
+    def __init__(self, members: np.ndarray):
+        self.members = members  # global device ids, by local index
+
+    def online(self, local: np.ndarray, t: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def online_all(self, t: float) -> np.ndarray:
+        """online() for every member: the one question asked of the whole population each round."""
+        return self.online(np.arange(len(self.members)), t)
+
+    def next_offline(self, local: np.ndarray, t: float) -> np.ndarray:
+        raise NotImplementedError
+
+    def next_online(self, local: np.ndarray, t: float) -> np.ndarray:
+        raise NotImplementedError
+
+
+class Always(AvailabilityModel):
+    kind = "always"
+
+    def online(self, local, t):
+        return np.ones(len(local), dtype=bool)
+
+    def next_offline(self, local, t):
+        return np.full(len(local), INF)
+
+    def next_online(self, local, t):
+        return np.full(len(local), float(t))
+
+
+class Never(AvailabilityModel):
+    """Devices that never check in: they exist, hold data, and never take part."""
+
+    kind = "never"
+
+    def online(self, local, t):
+        return np.zeros(len(local), dtype=bool)
+
+    def next_offline(self, local, t):
+        return np.full(len(local), float(t))
+
+    def next_online(self, local, t):
+        return np.full(len(local), INF)
+
+
+class Markov(AvailabilityModel):
+    """Alternating on/off periods with exponential durations (means mean_on_s, mean_off_s).
+
+    Each device keeps its current period [start, until) and remembers where the previous one began, so
+    questions about any time from the previous period onwards are answered exactly. The state starts in
+    the stationary distribution (online with probability mean_on / (mean_on + mean_off))."""
+
+    kind = "markov"
+
+    def __init__(self, members, config, rng: np.random.Generator):
+        super().__init__(members)
+        n = len(members)
+        self.mean_on, self.mean_off = config.mean_on_s, config.mean_off_s
+        self.rng = rng
+        self.on = rng.random(n) < self.mean_on / (self.mean_on + self.mean_off)
+        self.until = rng.exponential(np.where(self.on, self.mean_on, self.mean_off))  # memoryless residual
+        self.start = np.zeros(n)
+        self.previous_start = np.full(n, -INF)
+
+    def _advance(self, local: np.ndarray, t: float) -> None:
+        stale = local[self.until[local] <= t]
+        while len(stale):
+            self.previous_start[stale] = self.start[stale]
+            self.start[stale] = self.until[stale]
+            self.on[stale] = ~self.on[stale]
+            self.until[stale] += self.rng.exponential(np.where(self.on[stale], self.mean_on, self.mean_off))
+            stale = stale[self.until[stale] <= t]
+
+    def _state(self, local: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
+        """(online at t, end of the period holding t)."""
+        self._advance(local, t)
+        in_previous = t < self.start[local]
+        if np.any(t < self.previous_start[local][in_previous]):
+            raise RuntimeError("Markov availability was asked about a time before its remembered history")
+        online = np.where(in_previous, ~self.on[local], self.on[local])
+        ends = np.where(in_previous, self.start[local], self.until[local])
+        return online, ends
+
+    def online(self, local, t):
+        return self._state(local, t)[0]
+
+    def next_offline(self, local, t):
+        online, ends = self._state(local, t)
+        return np.where(online, ends, float(t))
+
+    def next_online(self, local, t):
+        online, ends = self._state(local, t)
+        return np.where(online, float(t), ends)
+
+
+# -------------------------------------------------------------------------------------------- diurnal
+_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
+
+
+def _mix64(x: np.ndarray) -> np.ndarray:
+    """splitmix64's finaliser: a fast, well-mixed hash of uint64 values (wrapping arithmetic)."""
+    x = x + _GOLDEN
+    x = (x ^ (x >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    x = (x ^ (x >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return x ^ (x >> np.uint64(31))
+
+
+def hashed_normal(key: int, devices: np.ndarray, days: np.ndarray) -> np.ndarray:
+    """A standard normal per (device, day), the same every time it is asked: jitter without stored state."""
+    with np.errstate(over="ignore"):
+        base = _mix64(devices.astype(np.uint64) * np.uint64(1 << 20) + (days + (1 << 19)).astype(np.uint64)
+                      + _mix64(np.array([key], dtype=np.uint64)))
+        u1 = (_mix64(base) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+        u2 = (_mix64(base ^ np.uint64(0x5851F42D4C957F2D)) >> np.uint64(11)).astype(np.float64) * 2.0 ** -53
+    normal = np.sqrt(-2.0 * np.log1p(-u1)) * np.cos(2.0 * np.pi * u2)
+    return np.clip(normal, -JITTER_BOUND, JITTER_BOUND, out=normal)
+
+
+class Diurnal(AvailabilityModel):
+    """Online in a daily window of local time; each device has its time zone, a fixed start offset and a
+    fresh N(0, jitter_h) shift of its window every local day. Computed in seconds throughout, so a window's
+    opening time, once reported, is exactly inside that window when asked again."""
+
+    kind = "diurnal"
+    day_s = 86400.0
+
+    def __init__(self, members, config, rng: np.random.Generator, key: int):
+        super().__init__(members)
+        n = len(members)
+        zones = config.timezones
+        shares = zones.shares if zones.shares is not None else [1 / len(zones.offsets_h)] * len(zones.offsets_h)
+        self.zone_s = 3600.0 * np.asarray(zones.offsets_h, dtype=np.float64)[rng.choice(len(shares), n, p=shares)]
+        spread = rng.uniform(-config.start_spread_h / 2, config.start_spread_h / 2, n) if config.start_spread_h else 0.0
+        self.base_s = 3600.0 * (config.start_hour + spread) - self.zone_s  # local day 0's opening, in UTC seconds
+        self.length_s = 3600.0 * config.hours
+        self.jitter_s = 3600.0 * config.jitter_h
+        self.key = key
+        # Which neighbouring days' windows can reach into a given local day, given the bounded jitter:
+        reach = config.start_spread_h / 2 + JITTER_BOUND * config.jitter_h
+        earliest, latest = config.start_hour - reach, config.start_hour + reach + config.hours
+        # the window of local day k + s can hold a time of local day k only for these s:
+        low, high = math.floor(-latest / 24) + 1, math.ceil((24 - earliest) / 24) - 1
+        self.containing_shifts = tuple(range(low, high + 1))
+        self.opening_shifts = tuple(range(low, high + 3))  # the next opening is among these
+        self.may_overlap = latest - earliest >= 24  # a window may open before the previous one closes
+        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+
+    def _window_starts(self, local: np.ndarray, t: float, shift: int) -> np.ndarray:
+        """When each device's window opens on (its local day at time t) + shift."""
+        day = np.floor((t + self.zone_s[local]) / self.day_s).astype(np.int64) + shift
+        return self._starts_of(local, day)
+
+    def _starts_of(self, local: np.ndarray, day: np.ndarray) -> np.ndarray:
+        start = self.day_s * day + self.base_s[local]
+        if self.jitter_s:
+            start = start + self.jitter_s * hashed_normal(self.key, self.members[local], day)
+        return start
+
+    def _containing(self, local, t):
+        """(online at t, end of the window holding t), merging a window with the next when they overlap."""
+        online = np.zeros(len(local), dtype=bool)
+        end = np.full(len(local), -INF)
+        for shift in self.containing_shifts:
+            start = self._window_starts(local, t, shift)
+            inside = (start <= t) & (t < start + self.length_s)
+            online |= inside
+            end = np.where(inside, np.maximum(end, start + self.length_s), end)
+        if self.may_overlap:
+            for shift in (1, 2):
+                start = self._window_starts(local, t, shift)
+                end = np.where(online & (start <= end), np.maximum(end, start + self.length_s), end)
+        return online, end
+
+    def online_all(self, t):
+        """The whole group at once, reusing each device's window from the last call unless its local day
+        changed since (rounds are minutes, days are long: most windows are reused)."""
+        everyone = np.arange(len(self.members))
+        day_now = np.floor((t + self.zone_s) / self.day_s).astype(np.int64)
+        online = np.zeros(len(everyone), dtype=bool)
+        for shift in self.containing_shifts:
+            day = day_now + shift
+            cached = self._cache.get(shift)
+            if cached is None:
+                starts = self._starts_of(everyone, day)
+            else:
+                old_day, starts = cached
+                changed = np.flatnonzero(old_day != day)
+                if len(changed):
+                    starts = starts.copy()
+                    starts[changed] = self._starts_of(changed, day[changed])
+            self._cache[shift] = (day, starts)
+            online |= (starts <= t) & (t < starts + self.length_s)
+        return online
+
+    def online(self, local, t):
+        return self._containing(local, t)[0]
+
+    def next_offline(self, local, t):
+        online, end = self._containing(local, t)
+        return np.where(online, end, float(t))
+
+    def next_online(self, local, t):
+        online, _ = self._containing(local, t)
+        following = np.full(len(local), INF)
+        for shift in self.opening_shifts:
+            start = self._window_starts(local, t, shift)
+            following = np.where((start > t) & (start < following), start, following)
+        return np.where(online, float(t), following)
+
+
+# ---------------------------------------------------------------------------------------------- trace
+def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(trace device index, start_s, end_s) from a CSV with columns device_id,start_s,end_s.
+
+    Overlapping or touching intervals of one device are merged; rows are sorted by (device, start)."""
+    path = Path(path)
+    ids, starts, ends = [], [], []
+    try:
+        with open(path, newline="") as handle:
+            reader = csv.DictReader(handle)
+            missing = {"device_id", "start_s", "end_s"} - set(reader.fieldnames or [])
+            if missing:
+                raise ScenarioError(f"{path}: a trace needs the columns device_id,start_s,end_s; missing "
+                                    f"{', '.join(sorted(missing))}")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    start, end = float(row["start_s"]), float(row["end_s"])
+                except (TypeError, ValueError):
+                    raise ScenarioError(f"{path}, line {line}: start_s and end_s must be numbers") from None
+                if not 0 <= start < end:
+                    raise ScenarioError(f"{path}, line {line}: needs 0 <= start_s < end_s, got {start}, {end}")
+                ids.append(row["device_id"])
+                starts.append(start)
+                ends.append(end)
+    except FileNotFoundError:
+        raise ScenarioError(f"{path}: no such trace file") from None
+    if not ids:
+        raise ScenarioError(f"{path}: the trace holds no intervals")
+    names, device = np.unique(np.asarray(ids), return_inverse=True)
+    starts, ends = np.asarray(starts), np.asarray(ends)
+    order = np.lexsort((starts, device))
+    device, starts, ends = device[order], starts[order], ends[order]
+    merged: list[list] = []  # [device, start, end]; trace files are small, so a plain loop reads best
+    for d, start, end in zip(device, starts, ends):
+        if merged and merged[-1][0] == d and start <= merged[-1][2]:
+            merged[-1][2] = max(merged[-1][2], end)
+        else:
+            merged.append([d, start, end])
+    columns = np.asarray(merged, dtype=np.float64)
+    return columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2]
+
+
+class Trace(AvailabilityModel):
+    """Online exactly inside a trace's intervals; population device k plays trace device k mod T."""
+
+    kind = "trace"
+
+    def __init__(self, members, config):
+        super().__init__(members)
+        device, self.starts, self.ends = read_trace(config.file)
+        traced = int(device.max()) + 1
+        self.period = config.repeat_s
+        if self.period is not None and self.ends.max() > self.period:
+            raise ScenarioError(f"population.availability: trace {config.file} has intervals ending after "
+                                f"repeat_s = {self.period}; raise repeat_s or trim the trace")
+        self.span = self.period if self.period is not None else float(self.ends.max()) + 1.0
+        self.keys = device * self.span + self.starts
+        self.first = np.searchsorted(device, np.arange(traced))  # first interval of each trace device
+        self.last = np.searchsorted(device, np.arange(traced), side="right")
+        self.trace_device = np.arange(len(members)) % traced
+
+    def _locate(self, local, t):
+        cycle = 0.0 if self.period is None else np.floor(t / self.period) * self.period
+        tt = t - cycle
+        dev = self.trace_device[local]
+        j = np.searchsorted(self.keys, dev * self.span + tt, side="right") - 1
+        valid = j >= self.first[dev]
+        jj = np.where(valid, j, 0)
+        online = valid & (self.ends[jj] > tt)
+        return cycle, tt, dev, j, valid, online
+
+    def online(self, local, t):
+        return self._locate(local, t)[-1]
+
+    def next_offline(self, local, t):
+        cycle, _, _, j, valid, online = self._locate(local, t)
+        return np.where(online, cycle + self.ends[np.where(valid, j, 0)], float(t))
+
+    def next_online(self, local, t):
+        cycle, _, dev, j, valid, online = self._locate(local, t)
+        after = np.where(valid, j + 1, self.first[dev])
+        has_next = after < self.last[dev]
+        result = np.where(has_next, cycle + self.starts[np.minimum(after, len(self.starts) - 1)], INF)
+        if self.period is not None:  # wrap to the first interval of the next cycle
+            result = np.where(has_next, result, cycle + self.period + self.starts[self.first[dev]])
+        return np.where(online, float(t), result)
+
+
+# ---------------------------------------------------------------------------------------------- mix
+class AvailabilityMix:
+    """The population's availability: each device belongs to one model, by the scenario's shares."""
+
+    def __init__(self, entries, num_devices: int, seed: int):
+        from emulator.seeding import rng
+
+        self.num_devices = num_devices
+        if len(entries) == 1:
+            self.group = np.zeros(num_devices, dtype=np.uint8)
+        else:
+            self.group = assign_by_share([e.share for e in entries], num_devices, rng(seed, "availability-groups"))
+        self.local = np.zeros(num_devices, dtype=np.int64)
+        self.models: list[AvailabilityModel] = []
+        for g, entry in enumerate(entries):
+            members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
+            self.local[members] = np.arange(len(members))
+            self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g))
+
+    def kind_of(self, devices: np.ndarray) -> np.ndarray:
+        kinds = np.array([m.kind for m in self.models])
+        return kinds[self.group[devices]]
+
+    def online_devices(self, t: float) -> np.ndarray:
+        """Global ids of every device online at t (group by group, in id order within a group)."""
+        parts = [m.members[m.online_all(t)] for m in self.models if not isinstance(m, Never)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def _dispatch(self, method: str, devices: np.ndarray, t: float, dtype) -> np.ndarray:
+        devices = np.asarray(devices, dtype=np.int64)
+        if len(self.models) == 1:
+            return getattr(self.models[0], method)(self.local[devices], t)
+        out = np.empty(len(devices), dtype=dtype)
+        groups = self.group[devices]
+        for g, model in enumerate(self.models):
+            mask = groups == g
+            if mask.any():
+                out[mask] = getattr(model, method)(self.local[devices[mask]], t)
+        return out
+
+    def online(self, devices, t):
+        return self._dispatch("online", devices, t, bool)
+
+    def next_offline(self, devices, t):
+        return self._dispatch("next_offline", devices, t, np.float64)
+
+    def next_online(self, devices, t):
+        return self._dispatch("next_online", devices, t, np.float64)
+
+
+def _build(entry, members, stream, key) -> AvailabilityModel:
+    if entry.kind == "always":
+        return Always(members)
+    if entry.kind == "never":
+        return Never(members)
+    if entry.kind == "markov":
+        return Markov(members, entry, stream)
+    if entry.kind == "diurnal":
+        return Diurnal(members, entry, stream, key)
+    return Trace(members, entry)

@@ -1,0 +1,170 @@
+"""The simulated world: devices check in when online, train at their own speed, drop, straggle.
+
+One round is one SimPy episode that starts at the run's current simulated time:
+
+1. Check-in. The devices online now form the pool; if fewer than the cohort (target x over-selection)
+   are online, the server polls every checkin_poll_s until enough are, or selection_timeout_s passes.
+   A snapshot round (FAST) instead samples from the whole population and each sampled device starts
+   when it next comes online: the waiting is part of the round.
+2. Work. Each selected device downloads the model, trains (samples processed x its seconds per sample x
+   a per-round jitter) and uploads. It is lost if it goes offline before it finishes, or if its dropout
+   hazard strikes while it works. Its timeline is computed up front (vectorised) and each device in
+   flight is one event on the SimPy clock, firing when it reports or is lost; idle devices cost nothing.
+3. Close. The round closes when `target` reports have arrived, when every device has finished or
+   dropped, or at the deadline, whichever comes first. Devices still working are stragglers: their
+   updates are discarded. With fewer than min_report_fraction x target reports the round fails.
+
+Everything random draws from the round's own stream, so the same seed gives the same participation.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import simpy
+
+from emulator.accounting import compute_seconds, transfer_seconds
+from emulator.algorithms.selection import distinct_in_draw_order
+from emulator.seeding import rng
+from emulator.system.availability import AvailabilityMix
+from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
+from emulator.system.profiles import DeviceProfiles
+
+_EMPTY = np.zeros(0, dtype=np.int64)
+
+
+class SimulatedSystem(SystemModel):
+    def __init__(self, scenario):
+        population, config = scenario.population, scenario.system
+        super().__init__(population.devices, config.server.s_per_sample)
+        self.config = config
+        self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"))
+        self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed)
+        self.compute_jitter = population.compute_jitter
+        self.dropout_per_hour = population.dropout_per_hour
+        self._everyone = np.arange(population.devices, dtype=np.int64)
+
+    # ------------------------------------------------------------------------------------------ rounds
+    def client_round(self, request: CohortRequest) -> RoundOutcome:
+        env = simpy.Environment(initial_time=self.now_s)
+        episode = env.process(self._round(env, request))
+        env.run(until=episode)
+        self.now_s = env.now
+        return episode.value
+
+    def _round(self, env: simpy.Environment, request: CohortRequest):
+        config, started = self.config, env.now
+        target = request.target
+        needed = max(1, math.ceil(config.min_report_fraction * target))
+        wanted = math.ceil(target * config.over_selection)
+        deadline = config.deadline_s
+        if request.snapshot:
+            drawn = request.selection.select(self._everyone, wanted, request.rng)
+            if config.snapshot_deadline_s is not None:
+                deadline = config.snapshot_deadline_s
+        else:
+            capacity = request.selection.capacity
+            online = self.availability.online_devices(env.now)
+            while capacity(len(online)) < wanted and env.now - started < config.selection_timeout_s:
+                yield env.timeout(config.checkin_poll_s)
+                online = self.availability.online_devices(env.now)
+            if capacity(len(online)) < needed:
+                return RoundOutcome(started, env.now, _EMPTY, _EMPTY, failed=True)
+            drawn = request.selection.select(online, wanted, request.rng)
+
+        devices, weight = distinct_in_draw_order(drawn)
+        plan = self._timeline(devices, env.now, request)
+        in_flight = np.flatnonzero(np.isfinite(plan["end"]))
+        tally = {"weight": 0, "finished": 0, "reports": []}
+        close = env.event()
+        if len(in_flight) == 0:
+            close.succeed()
+        arrive = self._arrival(plan, weight, target, len(in_flight), tally, close)
+        for k, delay in zip(in_flight.tolist(), (plan["end"][in_flight] - env.now).tolist()):
+            env.timeout(delay, k).callbacks.append(arrive)
+        selected_at = env.now
+        if deadline is not None:
+            yield close | env.timeout(deadline)
+        else:
+            yield close
+        return self._close(devices, weight, drawn, plan, tally, started, selected_at, env.now, needed, request)
+
+    @staticmethod
+    def _arrival(plan, weight, target, in_flight, tally, close):
+        """The callback of a device's event: it reports, or is lost; the target or the last one closes."""
+        dropped = plan["dropped"]
+
+        def arrive(event):
+            if close.triggered:
+                return  # the round already closed: a straggler
+            k = event.value
+            tally["finished"] += 1
+            if not dropped[k]:
+                tally["reports"].append(k)
+                tally["weight"] += int(weight[k])
+            if tally["weight"] >= target or tally["finished"] == in_flight:
+                close.succeed()
+
+        return arrive
+
+    def _timeline(self, devices: np.ndarray, now: float, request: CohortRequest) -> dict[str, np.ndarray]:
+        """When each selected device starts, finishes its download, finishes, or is lost (vectorised)."""
+        profiles, stream = self.profiles, request.rng
+        start = self.availability.next_online(devices, now) if request.snapshot else np.full(len(devices), now)
+        down = transfer_seconds(request.bytes_down, profiles.down_mbps[devices], profiles.latency_s[devices])
+        jitter = np.exp(self.compute_jitter * stream.standard_normal(len(devices))) if self.compute_jitter else 1.0
+        compute = compute_seconds(request.samples_processed(devices), profiles.s_per_sample[devices], jitter)
+        up = transfer_seconds(request.bytes_up, profiles.up_mbps[devices], profiles.latency_s[devices])
+        finish = start + down + compute + up
+        checked_in = np.isfinite(start)
+        lost_at = np.full(len(devices), np.inf)
+        if checked_in.any():
+            lost_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
+        if self.dropout_per_hour > 0:
+            lost_at = np.minimum(lost_at, start + stream.exponential(3600.0 / self.dropout_per_hour, len(devices)))
+        dropped = lost_at < finish
+        return {"start": start, "download_done": start + down, "finish": finish, "lost_at": lost_at,
+                "dropped": dropped, "end": np.where(dropped, lost_at, finish)}
+
+    def _offline_after(self, devices: np.ndarray, start: np.ndarray) -> np.ndarray:
+        """When each device goes offline after starting its work (devices may start at different times)."""
+        out = np.empty(len(devices))
+        for t in np.unique(start):
+            mask = start == t
+            out[mask] = self.availability.next_offline(devices[mask], float(t))
+        return out
+
+    def _close(self, devices, weight, drawn, plan, tally, started, selected_at, closed, needed, request):
+        reports = np.asarray(tally["reports"], dtype=np.int64)
+        finished_in_time = np.zeros(len(devices), dtype=bool)
+        finished_in_time[reports] = True
+        dropped = plan["dropped"] & (plan["lost_at"] <= closed)
+        stragglers = ~finished_in_time & ~dropped
+        failed = int(weight[reports].sum()) < needed
+        downloaded = plan["download_done"] <= np.minimum(closed, plan["lost_at"])
+        reported = np.repeat(devices[reports], weight[reports])
+        self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers])
+        events = self._events(devices, plan, reports, dropped, stragglers, selected_at, closed) \
+            if self.config.events else []
+        return RoundOutcome(
+            start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
+            dropped=devices[dropped], stragglers=devices[stragglers],
+            bytes_down=int(downloaded.sum()) * request.bytes_down, bytes_up=len(reports) * request.bytes_up,
+            failed=failed, events=events)
+
+    @staticmethod
+    def _events(devices, plan, reports, dropped, stragglers, selected_at, closed) -> list[tuple]:
+        rows = [(selected_at, int(d), "selected") for d in devices]
+        late_start = plan["start"] > selected_at
+        rows += [(float(plan["start"][k]), int(devices[k]), "checked_in")
+                 for k in np.flatnonzero(late_start & (plan["start"] <= closed))]
+        rows += [(float(plan["finish"][k]), int(devices[k]), "reported") for k in reports]
+        rows += [(float(plan["lost_at"][k]), int(devices[k]), "dropped") for k in np.flatnonzero(dropped)]
+        rows += [(closed, int(devices[k]), "straggler") for k in np.flatnonzero(stragglers)]
+        rows.sort(key=lambda row: (row[0], row[1]))
+        return rows
+
+    def describe_devices(self) -> dict[str, np.ndarray]:
+        p = self.profiles
+        return {"availability": self.availability.kind_of(self._everyone), "s_per_sample": p.s_per_sample,
+                "down_mbps": p.down_mbps, "up_mbps": p.up_mbps, "latency_s": p.latency_s}
