@@ -40,3 +40,22 @@ def size(model: nn.Module) -> int:
 def nbytes(model: nn.Module) -> int:
     """Bytes on the wire for one copy of the model, by each tensor's own dtype."""
     return sum(t.numel() * t.element_size() for t in communicated(model))
+
+
+def parameter_mask(model: nn.Module) -> np.ndarray:
+    """True where the flat vector holds a trainable parameter (False for buffers such as BatchNorm stats)."""
+    trainable = {id(p) for p in model.parameters()}
+    tensors = communicated(model)
+    if not tensors:
+        return np.zeros(0, dtype=bool)
+    return np.concatenate([np.full(t.numel(), id(t) in trainable) for t in tensors])
+
+
+def per_parameter(model: nn.Module, vector: np.ndarray, device: torch.device | str = "cpu") -> list[torch.Tensor]:
+    """Slices of a flat vector shaped like model.parameters(), in that order."""
+    flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
+    offsets, offset = {}, 0
+    for tensor in communicated(model):
+        offsets[id(tensor)] = offset
+        offset += tensor.numel()
+    return [flat[offsets[id(p)]:offsets[id(p)] + p.numel()].view_as(p).to(device) for p in model.parameters()]

@@ -141,8 +141,50 @@ class ModelConfig(Strict):
 
 
 # ----------------------------------------------------------------------------------------- algorithm
+class UniformSelection(Strict):
+    """A uniform draw among the devices that checked in."""
+
+    kind: Literal["uniform"] = "uniform"
+    exclude: int = Field(0, ge=0)
+
+
+class BetaSelection(Strict):
+    """FAST's arbitrary participation: draw x ~ Beta(a, b), take device int(x * M), until the cohort is full."""
+
+    kind: Literal["beta"] = "beta"
+    a: float = Field(1.0, gt=0)
+    b: float = Field(10.0, gt=0)
+    exclude: int = Field(0, ge=0)
+
+
+class GammaSelection(Strict):
+    """FAST: x ~ Gamma(shape, scale), device int(x * M), draws at or past M rejected."""
+
+    kind: Literal["gamma"] = "gamma"
+    shape: float = Field(10.0, gt=0)
+    scale: float = Field(0.01, gt=0)
+    exclude: int = Field(0, ge=0)
+
+
+class WeibullSelection(Strict):
+    """FAST: x ~ scale * Weibull(shape), device int(x / divisor * M), draws at or past M rejected."""
+
+    kind: Literal["weibull"] = "weibull"
+    shape: float = Field(10.0, gt=0)
+    scale: float = Field(1.0, gt=0)
+    divisor: float = Field(1.2, gt=0)
+    exclude: int = Field(0, ge=0)
+
+
+Selection = Annotated[Union[UniformSelection, BetaSelection, GammaSelection, WeibullSelection],
+                      Field(discriminator="kind")]
+
+
 class ClientTraining(Strict):
-    """How a device trains locally; shared by every algorithm."""
+    """How devices are chosen and how they train locally; shared by every algorithm.
+
+    `selection.exclude: s` makes s randomly chosen devices never take part (SAFARI's incomplete
+    participation); the other selection kinds are FAST's fixed participation regimes."""
 
     clients_per_round: int = Field(10, gt=0)
     client_lr: float = Field(0.01, gt=0)
@@ -154,6 +196,14 @@ class ClientTraining(Strict):
     weight_decay: float = Field(0.0, ge=0)
     sampling: Literal["without_replacement", "with_replacement"] = "without_replacement"
     weighting: Literal["uniform", "samples"] = "uniform"
+    selection: Selection = UniformSelection()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _selection_kind(cls, data: Any):
+        if isinstance(data, dict) and isinstance(data.get("selection"), dict) and "kind" not in data["selection"]:
+            data = {**data, "selection": {"kind": "uniform", **data["selection"]}}
+        return data
 
     @model_validator(mode="after")
     def _work(self):
@@ -161,6 +211,8 @@ class ClientTraining(Strict):
             raise ValueError("give local_steps or local_epochs, not both")
         if self.local_steps is None and self.local_epochs is None:
             self.local_steps = 10
+        if self.sampling == "with_replacement" and self.selection.kind != "uniform":
+            raise ValueError("sampling with_replacement only applies to selection kind uniform")
         return self
 
 
@@ -171,7 +223,114 @@ class FedAvgConfig(ClientTraining):
     server_lr: float = Field(1.0, gt=0)
 
 
-AlgorithmConfig = Annotated[Union[FedAvgConfig], Field(discriminator="name")]
+class FedProxConfig(ClientTraining):
+    """FedProx (Li et al.): devices add (mu / 2) ||w - x||^2 to their loss."""
+
+    name: Literal["fedprox"] = "fedprox"
+    server_lr: float = Field(1.0, gt=0)
+    mu: float = Field(0.01, ge=0)
+
+
+class FedAvgMConfig(ClientTraining):
+    """FedAvgM (Hsu et al.): server momentum, v <- beta v + mean(delta); x <- x + server_lr v."""
+
+    name: Literal["fedavgm"] = "fedavgm"
+    server_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+
+
+class ScaffoldConfig(ClientTraining):
+    """SCAFFOLD (Karimireddy et al.), option II control variates; devices send twice the bytes."""
+
+    name: Literal["scaffold"] = "scaffold"
+    server_lr: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _plain_sgd(self):
+        if self.client_optimizer != "sgd" or self.client_momentum != 0:
+            raise ValueError("SCAFFOLD's control variates assume plain SGD on the devices: set client_optimizer: "
+                             "sgd and client_momentum: 0")
+        return self
+
+
+class ServerTraining(Strict):
+    """SGD on the server's own data set (data.server_set)."""
+
+    server_batch_size: int = Field(64, gt=0)
+    server_momentum: float = Field(0.0, ge=0, lt=1)
+
+
+class SafariConfig(ClientTraining, ServerTraining):
+    """SAFARI (server-assisted FedAvg): a client round with probability q (unweighted model average,
+    global lr 1), otherwise a server round of `server_steps` SGD steps on the server set with lr server_lr."""
+
+    name: Literal["safari"] = "safari"
+    q: float = Field(0.8, ge=0, le=1)
+    server_lr: float = Field(0.1, gt=0)
+    server_steps: int = Field(1, gt=0)
+    global_lr: float = Field(1.0, gt=0)
+
+
+class FslConfig(ClientTraining, ServerTraining):
+    """FSL (federated learning with server learning): after aggregating (x + eta_g mean(delta)), the server
+    runs K_0 SGD steps with lr gamma * eta_0 on its set. variant parallel is FSL-p: the server trains from
+    x_t as one more participant, weighted gamma against a device's 1."""
+
+    name: Literal["fsl"] = "fsl"
+    variant: Literal["incremental", "parallel"] = "incremental"
+    server_lr: float = Field(1.0, gt=0)  # eta_g
+    gamma: float = Field(1.0, ge=0)
+    server_steps: Optional[int] = Field(None, gt=0)  # K_0
+    server_epochs: Optional[int] = Field(None, gt=0)  # E_s passes over the server set instead
+    server_step_lr: Optional[float] = Field(None, gt=0)  # eta_0
+    couple: bool = True  # eta_0 = K eta_l eta_g / K_0 when server_step_lr is not given
+
+    @model_validator(mode="after")
+    def _server_work(self):
+        if self.server_steps is not None and self.server_epochs is not None:
+            raise ValueError("give server_steps or server_epochs, not both")
+        if self.server_steps is None and self.server_epochs is None:
+            self.server_steps = self.local_steps or 10
+        if self.server_step_lr is None and not self.couple:
+            raise ValueError("give server_step_lr (eta_0), or set couple: true to derive it from K eta_l eta_g / K_0")
+        return self
+
+
+class DataSharingConfig(FedAvgConfig):
+    """DS (Zhao et al.): FedAvg where every device also trains on the server's set, appended to its data."""
+
+    name: Literal["ds"] = "ds"
+
+
+class FastConfig(ClientTraining):
+    """FAST: snapshot rounds (a uniform cohort from the whole population, waited for) with probability q,
+    or every `every` rounds, or adaptively (q_{r+1} = clip(q_r + lam (acc_{r-1} - acc_r), 0, 1)), on top of
+    a host algorithm; between snapshots the cohort follows `selection` and the devices' availability."""
+
+    name: Literal["fast"] = "fast"
+    host: Literal["fedavg", "fedprox", "fedavgm"] = "fedavg"
+    server_lr: float = Field(1.0, gt=0)
+    mu: float = Field(0.01, ge=0)  # host fedprox
+    momentum: float = Field(0.9, ge=0, lt=1)  # host fedavgm
+    q: Optional[float] = Field(None, ge=0, le=1)
+    every: Optional[int] = Field(None, gt=0)
+    adaptive: bool = False
+    lam: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _schedule(self):
+        given = [x for x in (self.q is not None, self.every is not None, self.adaptive) if x]
+        if len(given) != 1:
+            raise ValueError("choose one snapshot schedule: q (a probability), every (every I-th round) or "
+                             "adaptive: true")
+        return self
+
+
+AlgorithmConfig = Annotated[
+    Union[FedAvgConfig, FedProxConfig, FedAvgMConfig, ScaffoldConfig, SafariConfig, FslConfig, DataSharingConfig,
+          FastConfig],
+    Field(discriminator="name"),
+]
 
 
 # --------------------------------------------------------------------------------- population, system
@@ -398,11 +557,17 @@ class Scenario(Strict):
     @model_validator(mode="after")
     def _consistent(self):
         algo, devices = self.algorithm, self.population.devices
-        if algo.sampling == "without_replacement" and algo.clients_per_round > devices:
+        if algo.sampling == "without_replacement" and algo.clients_per_round > devices - algo.selection.exclude:
             raise ScenarioFieldError(
                 "algorithm.clients_per_round",
                 f"{algo.clients_per_round} devices a round without replacement, but population.devices is "
                 f"{devices}; lower clients_per_round, raise population.devices or use sampling: with_replacement")
+        if algo.selection.exclude >= devices:
+            raise ScenarioFieldError("algorithm.selection.exclude", f"{algo.selection.exclude} excluded devices "
+                                     f"leave none of the {devices} to select; lower it")
+        if algo.name in ("safari", "fsl", "ds") and self.data.server_set.size == 0:
+            raise ScenarioFieldError("data.server_set.size", f"{algo.name} trains on the server's own data: set "
+                                     "data.server_set.size (and source) to give the server a data set")
         image_models = {"cnn_fmnist": (1, 28, 28), "cnn_mnist": (1, 28, 28), "cnn_cifar": (3, 32, 32)}
         shape = dataset_input_shape(self.data.dataset, self.data.synthetic.dimension)
         need = image_models.get(self.model.name)
@@ -499,7 +664,25 @@ def read_yaml(path: str | Path) -> dict:
 
 def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
     raw = apply_overrides(read_yaml(path), overrides or [])
-    return validate_scenario(raw, source=str(path))
+    scenario = validate_scenario(raw, source=str(path))
+    resolve_files(scenario, Path(path).resolve().parent, source=str(path))
+    return scenario
+
+
+def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> None:
+    """Make the files a scenario names (trace files) absolute: relative to the scenario file's directory,
+    else to the working directory. A missing file is an error naming the field."""
+    for i, entry in enumerate(scenario.population.availability):
+        if entry.kind != "trace":
+            continue
+        file = Path(entry.file).expanduser()
+        candidates = [file] if file.is_absolute() else [base / file, Path.cwd() / file]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise ScenarioError(f"{source}: population.availability.{i}.file: no trace file "
+                                f"{' or '.join(str(c) for c in candidates)}; give a path relative to the "
+                                "scenario file or an absolute one")
+        entry.file = str(found.resolve())
 
 
 def validate_scenario(raw: dict, source: str = "scenario") -> Scenario:

@@ -22,6 +22,7 @@ class LocalTraining:
     momentum: float = 0.0
     weight_decay: float = 0.0
     prox_mu: float = 0.0  # FedProx: (mu / 2) ||w - w_global||^2
+    with_server_data: bool = False  # DS: the device also trains on the server's data set
 
     def steps_for(self, num_samples: int) -> int:
         if num_samples == 0:
@@ -53,11 +54,12 @@ def make_optimizer(spec: LocalTraining, parameters) -> torch.optim.Optimizer:
 
 
 def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec: LocalTraining,
-                  generator: torch.Generator) -> TrainStats:
+                  generator: torch.Generator, correction: list[torch.Tensor] | None = None) -> TrainStats:
     """Run the device's local steps in place on `model`.
 
     Minibatches walk through a shuffled order and reshuffle when it is used up, so K steps and E epochs
     are the same loop. All randomness comes from `generator` (and the caller's torch seed for dropout).
+    `correction` (one tensor per parameter) is added to every gradient: SCAFFOLD's c - c_i.
     """
     n = len(labels)
     steps = spec.steps_for(n)
@@ -87,6 +89,10 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
                 (p - a).pow(2).sum() for p, a in zip(model.parameters(), anchor))
         optimizer.zero_grad(set_to_none=True)
         objective.backward()
+        if correction is not None:
+            for parameter, term in zip(model.parameters(), correction):
+                if parameter.grad is not None:
+                    parameter.grad.add_(term)
         optimizer.step()
         loss_sum += loss.detach()
         correct += (logits.detach().argmax(1) == y).sum()

@@ -25,41 +25,41 @@ def test_server_lr_one_is_the_plain_model_average():
     x = np.array([1.0, 2.0, 3.0], dtype=np.float32)
     local_models = [np.array([2.0, 2.0, 0.0]), np.array([0.0, 4.0, 3.0]), np.array([1.0, 0.0, 6.0])]
     updates = [update(i, m - x) for i, m in enumerate(local_models)]
-    new = fedavg(server_lr=1.0).aggregate(x, iter(updates))
+    new = fedavg(server_lr=1.0).aggregate(x, iter(updates), 1)
     np.testing.assert_allclose(new, np.mean(local_models, axis=0), rtol=1e-6)
 
 
 def test_server_lr_scales_the_mean_delta():
     x = np.zeros(3, dtype=np.float32)
     updates = [update(0, [1.0, 0.0, -1.0]), update(1, [3.0, 2.0, 1.0])]
-    new = fedavg(server_lr=10.0).aggregate(x, iter(updates))
+    new = fedavg(server_lr=10.0).aggregate(x, iter(updates), 1)
     np.testing.assert_allclose(new, [20.0, 10.0, 0.0])
 
 
 def test_a_device_drawn_twice_counts_twice():
     x = np.zeros(3, dtype=np.float32)
     updates = [update(0, [3.0, 0.0, 0.0], multiplicity=2), update(1, [0.0, 3.0, 0.0])]
-    new = fedavg(sampling="with_replacement").aggregate(x, iter(updates))
+    new = fedavg(sampling="with_replacement").aggregate(x, iter(updates), 1)
     np.testing.assert_allclose(new, [2.0, 1.0, 0.0], rtol=1e-6)
 
 
 def test_sample_count_weights():
     x = np.zeros(2, dtype=np.float32)
     updates = [update(0, [1.0, 0.0], samples=10), update(1, [0.0, 1.0], samples=30)]
-    new = fedavg(weighting="samples").aggregate(x, iter(updates))
+    new = fedavg(weighting="samples").aggregate(x, iter(updates), 1)
     np.testing.assert_allclose(new, [0.25, 0.75], rtol=1e-6)
 
 
 def test_a_device_without_data_does_not_pull_the_average_to_zero():
     x = np.zeros(2, dtype=np.float32)
     empty = ClientUpdate(1, 0, np.zeros(2, np.float32), TrainStats(steps=0, loss=float("nan"), accuracy=float("nan")))
-    new = fedavg().aggregate(x, iter([update(0, [2.0, 4.0]), empty]))
+    new = fedavg().aggregate(x, iter([update(0, [2.0, 4.0]), empty]), 1)
     np.testing.assert_allclose(new, [2.0, 4.0])
 
 
 def test_no_updates_keeps_the_model():
     x = np.array([1.0, -1.0], dtype=np.float32)
-    assert np.array_equal(fedavg().aggregate(x, iter([])), x)
+    assert np.array_equal(fedavg().aggregate(x, iter([]), 1), x)
 
 
 def test_weighted_mean_streams_in_constant_memory_and_rejects_negative_weights():

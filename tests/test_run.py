@@ -72,3 +72,27 @@ def test_cli_run(ray_session, tmp_path, capsys):
     assert main(["run", str(path), "--out", str(tmp_path / "cli"), "--quiet", "--set", "rounds=3"]) == 0
     assert len(read_metrics(tmp_path / "cli")) == 3
     assert "3 rounds" in capsys.readouterr().out
+
+
+def test_simulated_run_writes_participation_and_events_that_agree_with_metrics(ray_session, tmp_path):
+    import pandas as pd
+
+    result = run(tmp_path, rounds=6, **{
+        "population.availability": [{"kind": "markov", "mean_on_s": 1200, "mean_off_s": 1200}],
+        "population.dropout_per_hour": 3.0, "population.compute": {"median_s_per_sample": 0.5},
+        "system.deadline_s": 200.0, "system.min_report_fraction": 0.25, "system.events": True})
+    metrics = pd.read_csv(result.path / "metrics.csv")
+    participation = pd.read_csv(result.path / "participation.csv")
+    events = pd.read_csv(result.path / "events.csv")
+    assert len(participation) == 40 and set(participation.availability) == {"markov"}
+    assert participation.samples.sum() > 0 and (participation.s_per_sample > 0).all()
+    ok = metrics.failed == 0
+    assert participation.reported.sum() == metrics.participants[ok].sum()
+    assert participation.selected.sum() == metrics.selected.sum()
+    assert participation.dropped.sum() == metrics.dropped.sum() > 0
+    assert participation.straggled.sum() == metrics.stragglers.sum()
+    assert (metrics.sim_time_s.diff().dropna() > 0).all()
+    assert (metrics.round_duration_s <= 200.0 + 1e-6).all()
+    counts = events.groupby("event").size()
+    assert counts["selected"] == metrics.selected.sum() and counts["dropped"] == metrics.dropped.sum()
+    assert set(events["round"]) == set(metrics["round"])

@@ -2,9 +2,14 @@
 from __future__ import annotations
 
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
-from emulator.algorithms.fedavg import FedAvg
+from emulator.algorithms.fast import Fast
+from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
+from emulator.algorithms.fsl import DataSharing, Fsl
+from emulator.algorithms.safari import Safari
+from emulator.algorithms.scaffold import Scaffold
 
-REGISTRY: dict[str, type[Algorithm]] = {"fedavg": FedAvg}
+REGISTRY: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
+    FedAvg, FedProx, FedAvgM, Scaffold, Safari, Fsl, DataSharing, Fast)}
 
 
 def build_algorithm(config, context: AlgorithmContext) -> Algorithm:

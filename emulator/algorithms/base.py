@@ -1,13 +1,15 @@
 """The algorithm interface: small hooks the server actor calls every round.
 
 An algorithm never touches Ray or the clock. It says what kind of round comes next and whom to select
-(`plan_round`), what each device runs (`local_training`), how streamed updates become the next global
-model (`aggregate`), and what to record afterwards (`after_round`). The runtime does the rest.
+(`plan_round`), what each device runs (`local_training`, plus any per-device inputs in `job_payload`),
+how streamed updates become the next global model (`aggregate`), what a server round does
+(`server_round`), and what to record afterwards (`after_round`). Server-side training goes through
+`context.server_train`, which the runtime provides and charges to the simulated clock.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Iterable
+from typing import Callable, Iterable
 
 import numpy as np
 
@@ -17,9 +19,9 @@ from emulator.training import LocalTraining, TrainStats
 
 @dataclass(frozen=True)
 class RoundPlan:
-    kind: str  # "client" (devices train), later "server" and "snapshot"
-    cohort: int  # how many reports the round aims for
-    selection: SelectionPolicy
+    kind: str  # "client": devices train; "snapshot": a uniform cohort from everyone, waited for; "server"
+    cohort: int = 0  # how many reports the round aims for
+    selection: SelectionPolicy | None = None
 
 
 @dataclass
@@ -33,20 +35,27 @@ class ClientUpdate:
     multiplicity: int = 1  # how many times the device was drawn this round (sampling with replacement)
 
 
+ServerTrainer = Callable[[np.ndarray, LocalTraining, str], "tuple[np.ndarray, TrainStats]"]
+
+
 @dataclass
 class AlgorithmContext:
-    """What an algorithm may know about the federation when it is built."""
+    """What an algorithm may know and use: the federation's shape and the server's own trainer."""
 
     num_devices: int
     device_sizes: np.ndarray
     num_params: int
     seed: int
+    server_samples: int = 0  # size of the server's data set
+    server_train: ServerTrainer | None = None  # (params, spec, purpose) -> (new params, stats)
+    parameter_mask: np.ndarray | None = None  # True where the flat vector holds trainable weights
     extra: dict = field(default_factory=dict)
 
 
 class Algorithm:
     name = "base"
     columns: tuple[str, ...] = ()  # extra per-round metric columns this algorithm fills in
+    payload = (1, 1)  # model-sized vectors each device downloads and uploads (SCAFFOLD: 2, 2)
 
     def __init__(self, config, context: AlgorithmContext):
         self.config = config
@@ -58,16 +67,30 @@ class Algorithm:
     def local_training(self, device: int) -> LocalTraining:
         raise NotImplementedError
 
+    def job_payload(self, device: int) -> np.ndarray | None:
+        """An extra per-device vector for the runner (SCAFFOLD's gradient correction c - c_i)."""
+        return None
+
     def samples_processed(self, devices: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Samples each device puts through the model this round (its compute time is charged for these)."""
         if len(devices) == 0:
             return np.zeros(0)
         return self.local_training(int(devices[0])).samples_processed(sizes[devices])
 
-    def aggregate(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> np.ndarray:
-        """Consume updates as they stream in (device order) and return the next global parameters."""
+    def aggregate(self, params: np.ndarray, updates: Iterable[ClientUpdate], round_index: int) -> np.ndarray:
+        """Consume updates as they stream in (arrival order) and return the next global parameters."""
         raise NotImplementedError
+
+    def server_round(self, params: np.ndarray, round_index: int) -> tuple[np.ndarray, TrainStats]:
+        raise NotImplementedError(f"{self.name} has no server rounds")
 
     def after_round(self, row: dict) -> dict:
         """Values for `columns`, given the round's metrics row so far."""
         return {}
+
+    def state(self) -> dict:
+        """Everything the algorithm carries between rounds (for checkpoints)."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        pass

@@ -1,11 +1,15 @@
 """Selection policies: which of the devices that checked in make up the cohort.
 
 The system model decides who is available; the policy only chooses among them. Every policy returns
-device ids in the order they were drawn (with repeats when sampling with replacement).
+device ids in the order they were drawn (with repeats only when sampling with replacement).
+
+Besides the uniform draw, the papers' fixed participation regimes are here for reproduction: FAST's
+arbitrary participation (values drawn from a Beta, Gamma or Weibull distribution mapped to device
+indices) and SAFARI's devices that never take part (`Excluding`).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -34,6 +38,103 @@ class Uniform(SelectionPolicy):
         if not self.replace:
             count = min(count, len(available))
         return np.asarray(rng.choice(available, size=count, replace=self.replace), dtype=np.int64)
+
+
+@dataclass(frozen=True)
+class IndexRegime(SelectionPolicy):
+    """FAST's arbitrary client participation: draw values, map each to a device index of the whole
+    population, keep the first `count` distinct available devices.
+
+    If the regime keeps missing the available devices (few online where it points), the cohort is
+    filled up uniformly from the remaining available devices after `max_batches` batches of draws."""
+
+    population: int
+    max_batches: int = 50
+
+    def _indices(self, rng: np.random.Generator, n: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        count = min(count, len(available))
+        allowed = np.zeros(self.population, dtype=bool)
+        allowed[available] = True
+        picked = np.zeros(0, dtype=np.int64)
+        for _ in range(self.max_batches):
+            if len(picked) >= count:
+                break
+            idx = self._indices(rng, 8 * (count - len(picked)) + 32)
+            idx = idx[(idx >= 0) & (idx < self.population)]
+            merged = np.concatenate([picked, idx[allowed[idx]]])
+            _, first = np.unique(merged, return_index=True)
+            picked = merged[np.sort(first)][:count]
+        if len(picked) < count:
+            allowed[picked] = False
+            rest = np.flatnonzero(allowed)
+            picked = np.concatenate([picked, rng.choice(rest, count - len(picked), replace=False)])
+        return picked.astype(np.int64)
+
+
+@dataclass(frozen=True)
+class BetaRegime(IndexRegime):
+    a: float = 1.0
+    b: float = 10.0
+
+    def _indices(self, rng, n):
+        return (rng.beta(self.a, self.b, n) * self.population).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class GammaRegime(IndexRegime):
+    shape: float = 10.0
+    scale: float = 0.01
+
+    def _indices(self, rng, n):
+        return (rng.gamma(self.shape, self.scale, n) * self.population).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class WeibullRegime(IndexRegime):
+    shape: float = 10.0
+    scale: float = 1.0
+    divisor: float = 1.2
+
+    def _indices(self, rng, n):
+        return (self.scale * rng.weibull(self.shape, n) / self.divisor * self.population).astype(np.int64)
+
+
+@dataclass(frozen=True)
+class Excluding(SelectionPolicy):
+    """Some devices never take part (SAFARI's s excluded clients): they are removed before `inner` draws."""
+
+    inner: SelectionPolicy
+    excluded: np.ndarray = field(compare=False)  # boolean mask over the population
+
+    def capacity(self, available: int) -> float:
+        return self.inner.capacity(available)  # an upper bound: the system may poll for longer
+
+    def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        return self.inner.select(available[~self.excluded[available]], count, rng)
+
+
+def build_selection(config, num_devices: int, seed: int, uniform: bool = False) -> SelectionPolicy:
+    """The scenario's selection policy (`algorithm.selection`); `uniform` forces a uniform draw (FAST's
+    snapshots) while keeping any exclusion."""
+    from emulator.seeding import rng
+
+    spec = config.selection
+    if uniform or spec.kind == "uniform":
+        policy: SelectionPolicy = Uniform(replace=config.sampling == "with_replacement")
+    elif spec.kind == "beta":
+        policy = BetaRegime(num_devices, a=spec.a, b=spec.b)
+    elif spec.kind == "gamma":
+        policy = GammaRegime(num_devices, shape=spec.shape, scale=spec.scale)
+    else:
+        policy = WeibullRegime(num_devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor)
+    if spec.exclude:
+        excluded = np.zeros(num_devices, dtype=bool)
+        excluded[rng(seed, "excluded-devices").choice(num_devices, spec.exclude, replace=False)] = True
+        policy = Excluding(policy, excluded)
+    return policy
 
 
 def distinct_in_draw_order(drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

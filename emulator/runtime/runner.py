@@ -37,6 +37,7 @@ class DeviceJob:
     spec: LocalTraining
     seed: int  # derived from (scenario seed, round, device): the same whichever runner trains it
     multiplicity: int = 1
+    correction: np.ndarray | None = None  # SCAFFOLD: c - c_i, added to every gradient
 
 
 class DeviceRunner:
@@ -71,10 +72,13 @@ class DeviceRunner:
         context, model = self._run(job.run_key, context_box)
         federation = context.federation
         samples = federation.device_samples(job.device)
+        if job.spec.with_server_data:
+            samples = np.concatenate([samples, federation.server_indices])
         x, y = as_device_tensors(*federation.train.tensors(samples), self.device)
         param_vector.load(model, global_params)
+        correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         torch.manual_seed(job.seed)  # dropout masks
-        stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed))
+        stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction)
         delta = param_vector.flatten(model)
         delta -= global_params
         return ClientUpdate(job.device, len(samples), delta, stats, job.multiplicity)

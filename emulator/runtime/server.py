@@ -21,7 +21,7 @@ from emulator.runtime.runner import DeviceJob, RunContext
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
-from emulator.training import evaluate
+from emulator.training import evaluate, seeded_generator, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "bytes_down", "bytes_up", "server_compute_s",
@@ -43,9 +43,12 @@ class FederatedServer:
         self.model_bytes = param_vector.nbytes(self.model)
         self.sizes = federation.sizes
         self.test_x, self.test_y = federation.test.tensors()
+        self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
+        self.server_samples_this_round = 0
         self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
             num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
-            seed=self.scenario.seed))
+            seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
+            parameter_mask=param_vector.parameter_mask(self.model)))
         self.system = build_system(self.scenario)
         self.pool = RunnerPool(runners)
         self.round = 0
@@ -61,17 +64,23 @@ class FederatedServer:
     def run_round(self) -> dict:
         self.round += 1
         seed, r = self.scenario.seed, self.round
+        self.server_samples_this_round = 0
         plan = self.algorithm.plan_round(r)
+        if plan.kind == "server":
+            self.params, server_stats = self.algorithm.server_round(self.params, r)
+            outcome = self.system.server_round(self.server_samples_this_round)
+            return self._row(r, plan, outcome, [], [server_stats])
+        down, up = self.algorithm.payload
         outcome = self.system.client_round(CohortRequest(
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
-            bytes_down=self.model_bytes, bytes_up=self.model_bytes,
+            bytes_down=down * self.model_bytes, bytes_up=up * self.model_bytes,
             samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
             snapshot=plan.kind == "snapshot"))
         devices, counts = distinct_in_draw_order(outcome.reported)
-        local = self.algorithm.local_training
-        jobs = [DeviceJob(self.run_key, int(d), local(int(d)), torch_seed(seed, "train", r, int(d)), int(c))
-                for d, c in zip(devices, counts)]
-        stats: list[ClientUpdate] = []
+        algorithm = self.algorithm
+        jobs = [DeviceJob(self.run_key, int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)),
+                          int(c), algorithm.job_payload(int(d))) for d, c in zip(devices, counts)]
+        updates: list[ClientUpdate] = []
 
         def streamed():
             if not jobs:
@@ -79,13 +88,18 @@ class FederatedServer:
             params_ref = ray.put(self.params)
             for update in self.pool.map_ordered(
                     jobs, lambda runner, job: runner.train.remote(self.context_box, params_ref, job)):
-                stats.append(update)
+                updates.append(update)
                 yield update
 
-        self.params = self.algorithm.aggregate(self.params, streamed())
+        self.params = algorithm.aggregate(self.params, streamed(), r)
+        if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
+            outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
+            outcome.end_s = self.system.now_s
         self._events = [(r, t, d, e) for t, d, e in outcome.events]
-        losses = [u.stats.loss for u in stats if u.stats.steps > 0]
-        accs = [u.stats.accuracy for u in stats if u.stats.steps > 0]
+        return self._row(r, plan, outcome, devices, [u.stats for u in updates])
+
+    def _row(self, r: int, plan, outcome, devices, stats) -> dict:
+        trained = [s for s in stats if s.steps > 0]
         row = {
             "round": r, "kind": plan.kind, "failed": int(outcome.failed), "sim_start_s": outcome.start_s,
             "sim_time_s": outcome.end_s, "round_duration_s": outcome.duration_s,
@@ -93,14 +107,25 @@ class FederatedServer:
             "dropped": len(outcome.dropped), "stragglers": len(outcome.stragglers),
             "bytes_down": int(outcome.bytes_down), "bytes_up": int(outcome.bytes_up),
             "server_compute_s": outcome.server_compute_s,
-            "train_loss": float(np.mean(losses)) if losses else None,
-            "train_acc": float(np.mean(accs)) if accs else None,
+            "train_loss": float(np.mean([s.loss for s in trained])) if trained else None,
+            "train_acc": float(np.mean([s.accuracy for s in trained])) if trained else None,
             "test_loss": None, "test_acc": None,
         }
         if r % self.scenario.evaluation.every == 0 or r == self.scenario.rounds:
             row["test_loss"], row["test_acc"] = self.evaluate()
         row.update(self.algorithm.after_round(row))
         return row
+
+    def server_train(self, params: np.ndarray, spec, purpose: str):
+        """SGD on the server's own data set from `params` (SAFARI's server rounds, FSL's server learning).
+
+        Its samples are charged to the simulated clock at the server's speed."""
+        param_vector.load(self.model, params)
+        seed = torch_seed(self.scenario.seed, "server-train", purpose)
+        torch.manual_seed(seed)
+        stats = train_locally(self.model, self.server_x, self.server_y, spec, seeded_generator(seed))
+        self.server_samples_this_round += int(spec.samples_processed(len(self.server_y)))
+        return param_vector.flatten(self.model), stats
 
     def take_events(self) -> list[tuple]:
         """The last round's device events (round, time_s, device, event), when system.events is on."""

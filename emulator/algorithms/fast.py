@@ -1,0 +1,72 @@
+"""FAST: FedAvg with snapshot rounds under arbitrary client participation (fixed and adaptive).
+
+Most rounds take whoever the participation pattern yields (the host's selection policy among the devices
+that checked in). A snapshot round - with probability q, or every I-th round - enforces a uniform cohort
+from the whole population: the system model samples from everyone and waits for those devices to come
+online, so a snapshot's cost shows up in simulated time. FAST changes only who takes part; the host
+algorithm (FedAvg, FedProx or FedAvgM) trains and aggregates unchanged.
+
+Adaptive FAST: q_0 = 0 and after each round q_{r+1} = clip(q_r + lam (acc_{r-1} - acc_r), 0, 1), where
+acc_r is the mean training accuracy of round r's participants and acc_{-1} = 0.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.algorithms.base import Algorithm, RoundPlan
+from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
+from emulator.algorithms.selection import build_selection
+from emulator.seeding import rng
+
+HOSTS = {"fedavg": FedAvg, "fedprox": FedProx, "fedavgm": FedAvgM}
+
+
+def adapt_q(q: float, previous_accuracy: float, accuracy: float, lam: float) -> float:
+    """One step of adaptive FAST: more snapshots when training accuracy falls, fewer when it rises."""
+    return float(np.clip(q + lam * (previous_accuracy - accuracy), 0.0, 1.0))
+
+
+class Fast(Algorithm):
+    name = "fast"
+    columns = ("q",)
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self.host = HOSTS[config.host](config, context)
+        self.payload = self.host.payload
+        self.q = config.q if config.q is not None else (1.0 / config.every if config.every else 0.0)
+        self.previous_accuracy = 0.0
+        self.snapshot_selection = build_selection(config, context.num_devices, context.seed, uniform=True)
+        self._q_this_round = self.q
+
+    def plan_round(self, round_index: int) -> RoundPlan:
+        self._q_this_round = self.q
+        if self.config.every:
+            snapshot = round_index % self.config.every == 0
+        else:
+            snapshot = rng(self.context.seed, "snapshot", round_index).random() < self.q
+        if snapshot:
+            return RoundPlan("snapshot", self.config.clients_per_round, self.snapshot_selection)
+        return self.host.plan_round(round_index)
+
+    def local_training(self, device):
+        return self.host.local_training(device)
+
+    def samples_processed(self, devices, sizes):
+        return self.host.samples_processed(devices, sizes)
+
+    def aggregate(self, params, updates, round_index):
+        return self.host.aggregate(params, updates, round_index)
+
+    def after_round(self, row: dict) -> dict:
+        if self.config.adaptive and row.get("train_acc") is not None:
+            self.q = adapt_q(self.q, self.previous_accuracy, row["train_acc"], self.config.lam)
+            self.previous_accuracy = row["train_acc"]
+        return {"q": self._q_this_round}
+
+    def state(self):
+        return {"q": self.q, "previous_accuracy": self.previous_accuracy, "host": self.host.state()}
+
+    def load_state(self, state):
+        self.q, self.previous_accuracy = state["q"], state["previous_accuracy"]
+        self.host.load_state(state["host"])

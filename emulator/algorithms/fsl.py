@@ -1,0 +1,64 @@
+"""FSL: federated learning with server learning (Mai, La, Zhang), FSL-p, and the data-sharing baseline.
+
+Objective F(x) + gamma f_0(x), with f_0 the loss on the server's set D_0.
+- FSL (incremental): xbar = x + eta_g mean(delta); then K_0 SGD steps with lr gamma * eta_0 on D_0 from xbar.
+  With couple: true, eta_0 = K eta_l eta_g / K_0 (the paper's coupling K_0 eta_0 = K eta_l eta_g).
+- FSL-p (parallel): the server trains on D_0 from x_t as one more participant (K_0 steps, lr eta_0) and its
+  delta is averaged in with weight gamma against each device's 1.
+- DS (Zhao et al.): FedAvg where the server's set is appended to every device's data.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emulator.aggregation import server_update
+from emulator.algorithms.fedavg import FedAvg, local_training_from
+from emulator.algorithms.safari import server_sgd
+
+
+class Fsl(FedAvg):
+    name = "fsl"
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        n0 = context.server_samples
+        batch = min(config.server_batch_size, max(n0, 1))
+        self.server_steps = config.server_steps or config.server_epochs * math.ceil(n0 / batch)
+        self.eta_0 = config.server_step_lr if config.server_step_lr is not None else (
+            self._client_steps() * config.client_lr * config.server_lr / self.server_steps)
+
+    def _client_steps(self) -> float:
+        """K: local steps, or for local epochs the steps an average device takes."""
+        config = self.config
+        if config.local_steps is not None:
+            return config.local_steps
+        mean_size = float(np.mean(self.context.device_sizes)) if len(self.context.device_sizes) else 1.0
+        return config.local_epochs * math.ceil(mean_size / min(config.batch_size, max(mean_size, 1)))
+
+    def aggregate(self, params, updates, round_index):
+        config = self.config
+        mean = self.mean_delta(params, updates)
+        if config.variant == "parallel":
+            spec = server_sgd(config, self.server_steps, self.eta_0)
+            trained, _ = self.context.server_train(params, spec, f"fsl-p-{round_index}")
+            if config.gamma > 0:
+                mean.add(trained.astype(np.float64) - params, config.gamma)
+            return params if mean.weight == 0 else server_update(params, mean.mean(), config.server_lr)
+        xbar = params if mean.weight == 0 else server_update(params, mean.mean(), config.server_lr)
+        spec = server_sgd(config, self.server_steps, config.gamma * self.eta_0)
+        trained, _ = self.context.server_train(xbar, spec, f"fsl-{round_index}")
+        return trained
+
+
+class DataSharing(FedAvg):
+    name = "ds"
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self._local = local_training_from(config, with_server_data=True)
+
+    def samples_processed(self, devices, sizes):
+        spec = self._local
+        return spec.samples_processed(sizes[devices] + self.context.server_samples)

@@ -1,0 +1,60 @@
+"""SCAFFOLD (Karimireddy et al., ICML 2020): control variates correct each device's drift.
+
+The server keeps the global control c and, per device, its control c_i (server-side state, created the
+first time a device reports). A device runs y <- y - eta_l (g(y) - c_i + c), and its new control is
+c_i+ = c_i - c + (x - y) / (K eta_l) ("option II"), so the server can derive it from the delta alone:
+delta_c = c_i+ - c_i = -delta_y / (K eta_l) - c. Server: x <- x + eta_g mean(delta_y),
+c <- c + |S| / N mean(delta_c). Devices download x and c and upload delta_y and delta_c: twice the bytes.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.aggregation import WeightedMean
+from emulator.algorithms.base import ClientUpdate
+from emulator.algorithms.fedavg import FedAvg
+
+
+class Scaffold(FedAvg):
+    name = "scaffold"
+    payload = (2, 2)
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self.control = np.zeros(context.num_params, dtype=np.float32)
+        self.device_controls: dict[int, np.ndarray] = {}
+        mask = context.parameter_mask
+        self._mask = np.ones(context.num_params, dtype=bool) if mask is None else mask
+
+    def job_payload(self, device: int) -> np.ndarray:
+        """The gradient correction c - c_i the device adds to every step (zero on non-trainable entries)."""
+        own = self.device_controls.get(device)
+        correction = self.control if own is None else self.control - own
+        return np.where(self._mask, correction, 0.0).astype(np.float32)
+
+    def aggregate(self, params, updates, round_index):
+        self._control_mean = WeightedMean(len(params))
+        self._reporters = 0
+        new = super().aggregate(params, updates, round_index)
+        if self._reporters:
+            scale = self._reporters / self.context.num_devices
+            self.control = (self.control + scale * self._control_mean.mean()).astype(np.float32)
+        return new
+
+    def observe(self, update: ClientUpdate) -> None:
+        weight = self.weight(update)
+        if weight == 0:
+            return
+        steps, lr = update.stats.steps, self.config.client_lr
+        delta_c = np.where(self._mask, -update.delta / (steps * lr) - self.control, 0.0).astype(np.float32)
+        old = self.device_controls.get(update.device)
+        self.device_controls[update.device] = delta_c if old is None else old + delta_c
+        self._control_mean.add(delta_c, weight)
+        self._reporters += 1
+
+    def state(self):
+        return {"control": self.control.copy(), "device_controls": dict(self.device_controls)}
+
+    def load_state(self, state):
+        self.control = np.asarray(state["control"], dtype=np.float32).copy()
+        self.device_controls = {int(k): np.asarray(v, dtype=np.float32) for k, v in state["device_controls"].items()}
