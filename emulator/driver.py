@@ -51,12 +51,13 @@ def run_scenario(scenario: Scenario, out: str | Path | None = None,
                "train_samples": int(federation.sizes.sum()), "server_samples": int(len(federation.server_indices)),
                "test_samples": len(federation.test), "started_at": _stamp(started), "host": platform.node()}
     runtime = scenario.runtime
-    with ray_session(runtime.address):
+    with ray_session(runtime.address) as session_outlives_run:
         context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
                              torch_seed(scenario.seed, "model-init"))
         context_box = [ray.put(context)]
         count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-        pool = RunnerPool.start(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads)
+        start = RunnerPool.shared if session_outlives_run else RunnerPool.start
+        pool = start(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads)
         pool.prepare(context.key, context_box)
         server = ServerActor.options(num_cpus=runtime.server_num_cpus).remote(
             scenario.model_dump(mode="json"), context_box, pool.runners, runtime.torch_threads)

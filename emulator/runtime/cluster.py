@@ -12,15 +12,15 @@ import ray
 @contextmanager
 def ray_session(address: str | None = None):
     """Use the Ray instance already running in this process, else start or join one; shut down only
-    what this call started."""
+    what this call started. Yields True when the caller owns the session (it outlives this run)."""
     if ray.is_initialized():
-        yield
+        yield True
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
              configure_logging=True)
     try:
-        yield
+        yield False
     finally:
         ray.shutdown()
 

@@ -59,6 +59,24 @@ class RunnerPool:
                 yield done.pop(next_out)
                 next_out += 1
 
+    @classmethod
+    def shared(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None) -> "RunnerPool":
+        """Runners kept alive across runs in this Ray session (tests, notebooks, sweeps): a run takes the
+        first `count` runners of its shape, starting more if needed. Runners of another shape are
+        stopped first, so their resources are free for the new ones."""
+        key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads)
+        for other in [k for k in _SHARED if k != key]:
+            for runner in _SHARED.pop(other):
+                ray.kill(runner)
+        runners = _SHARED.setdefault(key, [])
+        if len(runners) < count:
+            runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads).runners)
+        pool = cls(runners[:count])
+        pool.is_shared = True
+        return pool
+
+    is_shared = False
+
     def prepare(self, run_key: str, context_box: list) -> None:
         ray.get([r.prepare.remote(run_key, context_box) for r in self.runners])
 
@@ -66,5 +84,11 @@ class RunnerPool:
         return ray.get([r.node_id.remote() for r in self.runners])
 
     def shutdown(self) -> None:
+        """Stop the runners, unless they are shared with later runs of this session."""
+        if self.is_shared:
+            return
         for runner in self.runners:
             ray.kill(runner)
+
+
+_SHARED: dict[tuple, list] = {}
