@@ -1,4 +1,6 @@
-"""`emulator run | validate`: the command line. Bad input exits with code 2 and a message, never a traceback."""
+"""`emulator run | validate | report | sweep`: the command line.
+
+Bad input exits with code 2 and a message, never a traceback."""
 from __future__ import annotations
 
 import argparse
@@ -28,6 +30,24 @@ def _parser() -> argparse.ArgumentParser:
     validate = commands.add_parser("validate", help="check a scenario file and print it resolved")
     scenario_args(validate)
     validate.add_argument("--quiet", action="store_true", help="print nothing when the file is valid")
+
+    report = commands.add_parser("report", help="plots and a comparison table of one or many runs")
+    report.add_argument("runs", nargs="+", help="run directories, or directories holding runs")
+    report.add_argument("--out", required=True, help="where to write report.md and the figures")
+    report.add_argument("--target", type=float, help="test accuracy for time-to-accuracy (e.g. 0.8)")
+    report.add_argument("--last", type=int, default=5, help="final accuracy = mean of the last N evaluations")
+    report.add_argument("--title", default="Run report")
+
+    sweep = commands.add_parser("sweep", help="run a grid of scenario variants x seeds concurrently, then report")
+    scenario_args(sweep)
+    sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
+                       help="a field and its values, e.g. --grid algorithm.client_lr=0.01,0.1 (repeatable)")
+    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (seed, seed+1, ...)")
+    sweep.add_argument("--out", help="sweep directory (default: OUTPUT_DIR/sweep-NAME-TIMESTAMP)")
+    sweep.add_argument("--parallel", type=int, default=4, help="runs in flight at once (default 4)")
+    sweep.add_argument("--target", type=float, help="test accuracy for time-to-accuracy in the report")
+    sweep.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
+    sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     return parser
 
 
@@ -36,6 +56,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "validate":
             return _validate(args)
+        if args.command == "report":
+            return _report(args)
+        if args.command == "sweep":
+            return _sweep(args)
         return _run(args)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -75,6 +99,47 @@ def _run(args) -> int:
     parts.append(f"wall {summary['wall_time_s']:.1f} s")
     print(", ".join(parts) + f" -> {Path(result.path)}")
     return EXIT_OK
+
+
+def _report(args) -> int:
+    from analysis.report import write_report
+    from analysis.runs import NotARunError
+
+    try:
+        path = write_report(args.runs, args.out, target=args.target, last=args.last, title=args.title)
+    except NotARunError as exc:
+        raise ScenarioError(f"emulator report: {exc}") from None
+    print(f"wrote {path}")
+    return EXIT_OK
+
+
+def _sweep(args) -> int:
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from emulator.sweep import default_sweep_dir, parse_grid, plan_sweep, run_sweep
+
+    overrides = list(args.overrides) + ([f"runtime.address={args.address}"] if args.address else [])
+    grid = parse_grid(args.grid)
+    out = Path(args.out) if args.out else default_sweep_dir(args.scenario, overrides)
+    if out.exists() and any(out.iterdir()):
+        raise ScenarioError(f"--out {out}: the directory is not empty; choose a new one")
+    runs = plan_sweep(args.scenario, overrides, grid, args.seeds, out)
+    console = Console(stderr=True)
+    console.print(f"sweep: {len(runs)} runs ({len(runs) // args.seeds} grid points x {args.seeds} seeds) -> {out}")
+    with Progress(TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),
+                  TimeElapsedColumn(), console=console, disable=args.quiet) as progress:
+        task = progress.add_task("runs", total=len(runs), last="")
+
+        def done(run):
+            progress.update(task, advance=1, last=f"{run.name}: {'failed' if run.error else 'done'}")
+
+        result = run_sweep(runs, out, args.parallel, target=args.target, address=args.address, on_done=done)
+    for run in result.failed:
+        print(f"failed: {run.name}: {run.error}", file=sys.stderr)
+    print(f"{len(runs) - len(result.failed)} of {len(runs)} runs finished in {out}"
+          + (f"; report: {result.report}" if result.report else ""))
+    return EXIT_FAILED if result.failed else EXIT_OK
 
 
 if __name__ == "__main__":

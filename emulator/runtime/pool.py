@@ -7,6 +7,7 @@ at once (a few per runner), so memory does not grow with the cohort.
 from __future__ import annotations
 
 import math
+import threading
 from typing import Callable, Iterator, Sequence, TypeVar
 
 import ray
@@ -65,17 +66,19 @@ class RunnerPool:
         first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
         key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads)
-        for other in [k for k in _SHARED if k != key]:
-            for runner in _SHARED.pop(other):
-                ray.kill(runner)
-        runners = _SHARED.setdefault(key, [])
-        if len(runners) < count:
-            runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads).runners)
-        pool = cls(runners[:count])
-        pool.is_shared = True
+        with _SHARED_LOCK:  # concurrent runs of a sweep ask at the same time
+            for other in [k for k in _SHARED if k != key and not _IN_USE.get(k)]:
+                for runner in _SHARED.pop(other):
+                    ray.kill(runner)
+            runners = _SHARED.setdefault(key, [])
+            if len(runners) < count:
+                runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads).runners)
+            pool = cls(runners[:count])
+            _IN_USE[key] = _IN_USE.get(key, 0) + 1
+        pool.shared_key = key
         return pool
 
-    is_shared = False
+    shared_key = None
 
     def prepare(self, run_key: str, context_box: list) -> None:
         ray.get([r.prepare.remote(run_key, context_box) for r in self.runners])
@@ -85,10 +88,14 @@ class RunnerPool:
 
     def shutdown(self) -> None:
         """Stop the runners, unless they are shared with later runs of this session."""
-        if self.is_shared:
+        if self.shared_key is not None:
+            with _SHARED_LOCK:
+                _IN_USE[self.shared_key] -= 1
             return
         for runner in self.runners:
             ray.kill(runner)
 
 
 _SHARED: dict[tuple, list] = {}
+_IN_USE: dict[tuple, int] = {}
+_SHARED_LOCK = threading.Lock()

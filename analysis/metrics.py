@@ -1,0 +1,98 @@
+"""What a run costs and achieves: pure functions of its metrics and participation tables."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pandas as pd
+
+
+def final_accuracy(metrics: pd.DataFrame, last: int = 5) -> float:
+    """Mean test accuracy of the last `last` evaluations (FAST's metric)."""
+    evaluated = metrics["test_acc"].dropna()
+    return float(evaluated.tail(last).mean()) if len(evaluated) else math.nan
+
+
+def time_to_accuracy(metrics: pd.DataFrame, target: float) -> dict:
+    """The first evaluated round whose test accuracy reaches `target`: its round, simulated hours, and the
+    bytes moved up to and including it. NaN everywhere when the run never gets there."""
+    reached = metrics.index[metrics["test_acc"].fillna(-1.0) >= target]
+    if len(reached) == 0:
+        return {"round": math.nan, "sim_hours": math.nan, "bytes": math.nan}
+    first = reached[0]
+    moved = metrics.loc[:first, "bytes_down"].sum() + metrics.loc[:first, "bytes_up"].sum()
+    return {"round": int(metrics.at[first, "round"]), "sim_hours": float(metrics.at[first, "sim_time_s"]) / 3600.0,
+            "bytes": float(moved)}
+
+
+def rise_time(metrics: pd.DataFrame, fraction: float = 0.9, last: int = 5) -> float:
+    """FSL's rise time: the first round reaching `fraction` of the final accuracy."""
+    final = final_accuracy(metrics, last)
+    if math.isnan(final):
+        return math.nan
+    return time_to_accuracy(metrics, fraction * final)["round"]
+
+
+def gini(values) -> float:
+    """Gini coefficient of non-negative values: 0 when everyone counts the same, towards 1 when few do."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    if len(x) == 0 or x.sum() == 0:
+        return 0.0
+    n = len(x)
+    return float((2 * np.arange(1, n + 1) - n - 1) @ x / (n * x.sum()))
+
+
+def lorenz_curve(values) -> tuple[np.ndarray, np.ndarray]:
+    """(share of devices, share of participation held by the least-participating share of devices)."""
+    x = np.sort(np.asarray(values, dtype=np.float64))
+    cumulative = np.concatenate([[0.0], np.cumsum(x)])
+    total = cumulative[-1] if cumulative[-1] > 0 else 1.0
+    return np.linspace(0, 1, len(x) + 1), cumulative / total
+
+
+def participation_stats(participation: pd.DataFrame) -> dict:
+    """How evenly devices took part: reports per device, its Gini, and who never took part."""
+    reported = participation["reported"].to_numpy()
+    return {
+        "devices": len(participation),
+        "mean_reports": float(reported.mean()) if len(reported) else math.nan,
+        "gini_reports": gini(reported),
+        "never_reported": float((reported == 0).mean()) if len(reported) else math.nan,
+        "never_selected": float((participation["selected"] == 0).mean()) if len(reported) else math.nan,
+        "dropped": int(participation["dropped"].sum()),
+        "straggled": int(participation["straggled"].sum()),
+    }
+
+
+def round_time_stats(metrics: pd.DataFrame) -> dict:
+    durations = metrics["round_duration_s"].to_numpy()
+    return {"median_s": float(np.median(durations)), "p90_s": float(np.quantile(durations, 0.9)),
+            "max_s": float(durations.max()), "failed_rounds": int(metrics.get("failed", pd.Series(0)).sum())}
+
+
+def snapshot_share(metrics: pd.DataFrame) -> float:
+    """Share of FAST's snapshot rounds (the paper's "ratio" is one minus this)."""
+    return float((metrics["kind"] == "snapshot").mean())
+
+
+def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target: float | None,
+              last: int = 5) -> dict:
+    """One row of the comparison table for one run."""
+    row = {
+        "final_acc": final_accuracy(metrics, last),
+        "best_acc": float(metrics["test_acc"].max()) if metrics["test_acc"].notna().any() else math.nan,
+        "rounds": int(len(metrics)),
+        "sim_hours": float(metrics["sim_time_s"].iloc[-1]) / 3600.0 if len(metrics) else math.nan,
+        "gb_moved": float(metrics["bytes_down"].sum() + metrics["bytes_up"].sum()) / 1e9,
+        "rise_round": rise_time(metrics, 0.9, last),
+        "median_round_s": round_time_stats(metrics)["median_s"] if len(metrics) else math.nan,
+        "failed_rounds": int(metrics["failed"].sum()) if "failed" in metrics else 0,
+        "snapshot_share": snapshot_share(metrics),
+    }
+    if target is not None:
+        reach = time_to_accuracy(metrics, target)
+        row.update({"tta_round": reach["round"], "tta_hours": reach["sim_hours"], "tta_gb": reach["bytes"] / 1e9})
+    if participation is not None:
+        stats = participation_stats(participation)
+        row.update({"gini_reports": stats["gini_reports"], "never_reported": stats["never_reported"]})
+    return row
