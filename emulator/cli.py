@@ -21,8 +21,11 @@ def _parser() -> argparse.ArgumentParser:
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
 
-    run = commands.add_parser("run", help="run a scenario")
-    scenario_args(run)
+    run = commands.add_parser("run", help="run a scenario, or continue an interrupted run with --resume")
+    run.add_argument("scenario", nargs="?", help="scenario YAML file")
+    run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                     help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
+    run.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
     run.add_argument("--out", help="run directory (default: OUTPUT_DIR/NAME-TIMESTAMP)")
     run.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -80,16 +83,22 @@ def _validate(args) -> int:
 
 
 def _run(args) -> int:
-    overrides = list(args.overrides)
-    if args.address:
-        overrides.append(f"runtime.address={args.address}")
-    scenario = load_scenario(args.scenario, overrides)
-
-    from emulator.driver import run_scenario
+    from emulator.driver import resumable_scenario, resume_run, run_scenario
     from emulator.progress import RunProgress, format_duration
 
-    with RunProgress(scenario, enabled=not args.quiet) as progress:
-        result = run_scenario(scenario, args.out, on_round=progress.update)
+    if (args.scenario is None) == (args.resume is None):
+        raise ScenarioError("emulator run: give a scenario file, or --resume RUN_DIR (not both)")
+    overrides = list(args.overrides) + ([f"runtime.address={args.address}"] if args.address else [])
+    if args.resume:
+        if args.out:
+            raise ScenarioError("--out: a resumed run continues in its own directory; drop --out")
+        scenario = resumable_scenario(args.resume, overrides)
+        with RunProgress(scenario, enabled=not args.quiet) as progress:
+            result = resume_run(args.resume, on_round=progress.update, overrides=overrides)
+    else:
+        scenario = load_scenario(args.scenario, overrides)
+        with RunProgress(scenario, enabled=not args.quiet) as progress:
+            result = run_scenario(scenario, args.out, on_round=progress.update)
     summary = result.summary
     parts = [f"{scenario.name}: {summary['rounds_completed']} rounds"]
     if summary.get("final_test_acc") is not None:

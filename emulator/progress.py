@@ -27,7 +27,7 @@ class RunProgress:
         if row.get("test_acc") is not None:
             self._acc = row["test_acc"]
         if self._progress is not None:
-            self._progress.update(self._task, completed=row["round"],
+            self._progress.update(self._task, completed=int(row["round"]),
                                   acc="-" if self._acc is None else f"{self._acc:.3f}",
                                   sim=format_duration(row["sim_time_s"]))
 

@@ -39,12 +39,17 @@ class RunDirectory:
         self._metrics = None
         self._writer = None
 
+    @staticmethod
+    def check_free(scenario: Scenario, out: str | Path | None) -> None:
+        """Refuse, before anything starts, a directory that already holds a run: nothing is overwritten."""
+        if out is not None and (Path(out) / "metrics.csv").exists():
+            raise ScenarioError(f"--out {out}: this directory already holds a run (metrics.csv); choose another "
+                                "directory, leave --out unset for a fresh one, or continue it with --resume")
+
     @classmethod
     def create(cls, scenario: Scenario, out: str | Path | None = None) -> "RunDirectory":
+        cls.check_free(scenario, out)
         path = Path(out) if out else default_run_dir(scenario)
-        if (path / "metrics.csv").exists():
-            raise ScenarioError(f"--out {path}: this directory already holds a run (metrics.csv); choose another "
-                                "directory or leave --out unset for a fresh one")
         path.mkdir(parents=True, exist_ok=True)
         directory = cls(path)
         write_atomic(path / "scenario.yaml", dump_scenario(scenario))
@@ -62,7 +67,7 @@ class RunDirectory:
             self._metrics.flush()
 
     def append(self, row: dict) -> None:
-        self._writer.writerow({k: _cell(v) for k, v in row.items()})
+        self._writer.writerow({k: _cell(v) for k, v in row.items() if not k.startswith("_")})
         self._metrics.flush()
         os.fsync(self._metrics.fileno())
 
@@ -83,6 +88,56 @@ class RunDirectory:
         tmp = self.path / ".participation.csv.tmp"
         pd.DataFrame(columns).to_csv(tmp, index=False, float_format="%.6g")
         os.replace(tmp, self.path / "participation.csv")
+
+    # --------------------------------------------------------------------------------- checkpoints
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / "checkpoint.pkl"
+
+    def write_checkpoint(self, state: dict) -> None:
+        """The server's state after round state['round'], replaced atomically (a crash mid-write keeps
+        the previous checkpoint)."""
+        import pickle
+
+        tmp = self.path / ".checkpoint.pkl.tmp"
+        with open(tmp, "wb") as handle:
+            pickle.dump(state, handle, protocol=pickle.HIGHEST_PROTOCOL)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, self.checkpoint_path)
+
+    def load_checkpoint(self) -> dict | None:
+        import pickle
+
+        if not self.checkpoint_path.exists():
+            return None
+        with open(self.checkpoint_path, "rb") as handle:
+            return pickle.load(handle)
+
+    def rewind(self, round_done: int) -> list[dict]:
+        """Keep the metrics (and events) of rounds up to `round_done`, the checkpoint's: later rounds are
+        run again, with the same results. Returns the kept metrics rows."""
+        rows = read_metrics(self.path) if self.metrics_path.exists() else []
+        kept = [r for r in rows if int(r["round"]) <= round_done]
+        if self.metrics_path.exists():
+            self._rewrite(self.metrics_path, kept, list(rows[0].keys()) if rows else [])
+        events = self.path / "events.csv"
+        if events.exists():
+            with open(events, newline="") as handle:
+                event_rows = [r for r in csv.DictReader(handle) if int(r["round"]) <= round_done]
+            self._rewrite(events, event_rows, ["round", "time_s", "device", "event"])
+        return kept
+
+    @staticmethod
+    def _rewrite(path: Path, rows: list[dict], columns: list[str]) -> None:
+        tmp = path.with_name(f".{path.name}.tmp")
+        with open(tmp, "w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
 
     def write_summary(self, summary: dict) -> None:
         write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")

@@ -532,6 +532,7 @@ class EvaluationConfig(Strict):
 
 class OutputConfig(Strict):
     dir: str = "runs"
+    checkpoint_every: int = Field(10, ge=0)  # rounds between checkpoints (0: only at the end)
 
 
 class Scenario(Strict):

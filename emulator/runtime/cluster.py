@@ -17,8 +17,17 @@ def ray_session(address: str | None = None):
         yield True
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
-             configure_logging=True)
+    try:
+        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
+                 configure_logging=True)
+    except (ConnectionError, TimeoutError, ValueError) as exc:
+        if address is None:
+            raise
+        from emulator.scenario import ScenarioError
+
+        raise ScenarioError(f"runtime.address: cannot reach a Ray cluster at {address!r} ({exc}). Start one with "
+                            "`ray start --head` (see docs/cluster.md), check the address, or leave it unset to run "
+                            "locally") from None
     try:
         yield False
     finally:

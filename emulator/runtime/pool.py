@@ -99,3 +99,9 @@ class RunnerPool:
 _SHARED: dict[tuple, list] = {}
 _IN_USE: dict[tuple, int] = {}
 _SHARED_LOCK = threading.Lock()
+
+
+def shared_runners() -> list:
+    """Every runner kept alive for this Ray session (see RunnerPool.shared)."""
+    with _SHARED_LOCK:
+        return [runner for runners in _SHARED.values() for runner in runners]

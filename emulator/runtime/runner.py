@@ -89,6 +89,11 @@ class DeviceRunner:
     def ping(self) -> bool:
         return True
 
+    def pid(self) -> int:
+        import os
+
+        return os.getpid()
+
 
 def _warm_up() -> None:
     """One tiny training step, so the first real job does not pay torch.optim's one-off import (~1 s)."""

@@ -127,6 +127,38 @@ class FederatedServer:
         self.server_samples_this_round += int(spec.samples_processed(len(self.server_y)))
         return param_vector.flatten(self.model), stats
 
+    def get_state(self) -> dict:
+        """Everything that carries over between rounds, for a checkpoint after round `round`."""
+        return {"round": self.round, "params": self.params.copy(), "algorithm": self.algorithm.state(),
+                "system": self.system.state()}
+
+    def load_state(self, state: dict) -> int:
+        self.round = state["round"]
+        self.params = np.asarray(state["params"], dtype=np.float32).copy()
+        self.algorithm.load_state(state["algorithm"])
+        self.system.load_state(state["system"])
+        return self.round
+
+    def preflight(self) -> None:
+        """Refuse a deadline that no device can ever meet, before the first round."""
+        from emulator.scenario import ScenarioError
+        from emulator.system import SimulatedSystem
+
+        if not isinstance(self.system, SimulatedSystem):
+            return
+        down, up = self.algorithm.payload
+        everyone = np.arange(len(self.sizes))
+        fastest = self.system.fastest_round_s(down * self.model_bytes, up * self.model_bytes,
+                                              self.algorithm.samples_processed(everyone, self.sizes))
+        config = self.system.config
+        for field, deadline in (("system.deadline_s", config.deadline_s),
+                                ("system.snapshot_deadline_s", config.snapshot_deadline_s)):
+            if deadline is not None and fastest > deadline:
+                raise ScenarioError(
+                    f"{field}: {deadline:g} s, but even the fastest device needs {fastest:.1f} s to download the "
+                    f"model, train and upload (population.compute / population.network, {self.model_bytes} model "
+                    "bytes); raise the deadline, lighten the local work, or speed up the devices")
+
     def take_events(self) -> list[tuple]:
         """The last round's device events (round, time_s, device, event), when system.events is on."""
         events, self._events = self._events, []

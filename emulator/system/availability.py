@@ -44,6 +44,13 @@ class AvailabilityModel:
     def next_online(self, local: np.ndarray, t: float) -> np.ndarray:
         raise NotImplementedError
 
+    def state(self) -> dict:
+        """What the model carries between rounds (for checkpoints); most models carry nothing."""
+        return {}
+
+    def load_state(self, state: dict) -> None:
+        pass
+
 
 class Always(AvailabilityModel):
     kind = "always"
@@ -91,6 +98,15 @@ class Markov(AvailabilityModel):
         self.until = rng.exponential(np.where(self.on, self.mean_on, self.mean_off))  # memoryless residual
         self.start = np.zeros(n)
         self.previous_start = np.full(n, -INF)
+
+    def state(self) -> dict:
+        return {"on": self.on.copy(), "until": self.until.copy(), "start": self.start.copy(),
+                "previous_start": self.previous_start.copy(), "rng": self.rng.bit_generator.state}
+
+    def load_state(self, state: dict) -> None:
+        self.on, self.until = state["on"].copy(), state["until"].copy()
+        self.start, self.previous_start = state["start"].copy(), state["previous_start"].copy()
+        self.rng.bit_generator.state = state["rng"]
 
     def _advance(self, local: np.ndarray, t: float) -> None:
         stale = local[self.until[local] <= t]
@@ -344,6 +360,13 @@ class AvailabilityMix:
             members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
             self.local[members] = np.arange(len(members))
             self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g))
+
+    def state(self) -> list[dict]:
+        return [model.state() for model in self.models]
+
+    def load_state(self, state: list[dict]) -> None:
+        for model, saved in zip(self.models, state):
+            model.load_state(saved)
 
     def kind_of(self, devices: np.ndarray) -> np.ndarray:
         kinds = np.array([m.kind for m in self.models])

@@ -74,7 +74,12 @@ class SystemModel:
         return seconds
 
     def state(self) -> dict:
+        """The clock and the ledger (profiles are drawn again from the seed)."""
         return {"now_s": self.now_s, "ledger": self.ledger.state()}
+
+    def load_state(self, state: dict) -> None:
+        self.now_s = state["now_s"]
+        self.ledger.load(state["ledger"])
 
     def describe_devices(self) -> dict[str, np.ndarray]:
         """Per-device columns for participation.csv beyond the counters."""

@@ -164,6 +164,21 @@ class SimulatedSystem(SystemModel):
         rows.sort(key=lambda row: (row[0], row[1]))
         return rows
 
+    def state(self) -> dict:
+        return {**super().state(), "availability": self.availability.state()}
+
+    def load_state(self, state: dict) -> None:
+        super().load_state(state)
+        self.availability.load_state(state["availability"])
+
+    def fastest_round_s(self, bytes_down: int, bytes_up: int, samples: np.ndarray) -> float:
+        """The shortest any device could take for a round (median jitter): download + compute + upload."""
+        p = self.profiles
+        times = (transfer_seconds(bytes_down, p.down_mbps, p.latency_s) + transfer_seconds(bytes_up, p.up_mbps, p.latency_s)
+                 + compute_seconds(samples, p.s_per_sample))
+        never = self.availability.kind_of(self._everyone) == "never"
+        return float(times[~never].min()) if (~never).any() else float("inf")
+
     def describe_devices(self) -> dict[str, np.ndarray]:
         p = self.profiles
         return {"availability": self.availability.kind_of(self._everyone), "s_per_sample": p.s_per_sample,

@@ -1,0 +1,173 @@
+"""Reliability: resume, Ctrl-C, a runner killed mid-run, a two-node cluster, and bad input."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+from pathlib import Path
+
+import pytest
+import ray
+import yaml
+
+from conftest import ROOT, small_scenario
+from emulator.cli import main
+from emulator.driver import resume_run, run_scenario
+from emulator.results import read_metrics
+from emulator.runtime.pool import shared_runners
+from emulator.scenario import validate_scenario
+
+BAD = sorted((Path(__file__).parent / "bad_scenarios").glob("*.yaml"))
+
+# A stateful world and algorithm, so a resume must restore more than the model: Markov availability
+# (its trajectories and random stream), dropout, server momentum, the clock and the ledger.
+STATEFUL = {
+    "rounds": 7, "output.checkpoint_every": 2,
+    "population.availability": [{"kind": "markov", "mean_on_s": 900, "mean_off_s": 900}],
+    "population.dropout_per_hour": 2.0, "system.deadline_s": 400.0, "system.min_report_fraction": 0.25,
+    "algorithm": {"name": "fedavgm", "momentum": 0.5, "clients_per_round": 8, "client_lr": 0.05,
+                  "local_steps": 5, "batch_size": 16},
+}
+
+
+def comparable(path):
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in read_metrics(path)]
+
+
+def digest(directory: Path) -> dict:
+    return {p.name: hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(directory.iterdir()) if p.is_file()}
+
+
+@pytest.fixture(scope="module")
+def reference(ray_session, tmp_path_factory):
+    """The stateful scenario run without interruption."""
+    path = tmp_path_factory.mktemp("ref") / "run"
+    run_scenario(validate_scenario(small_scenario(**STATEFUL)), path)
+    return path
+
+
+def test_an_interrupted_run_resumes_to_the_same_metrics(reference, tmp_path):
+    path = tmp_path / "run"
+
+    def stop_after_round_5(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_scenario(small_scenario(**STATEFUL)), path, on_round=stop_after_round_5)
+    summary = json.loads((path / "summary.json").read_text())
+    assert summary["status"] == "interrupted" and summary["rounds_completed"] == 5
+    assert len(read_metrics(path)) == 5  # every finished round is kept
+
+    result = resume_run(path)  # the last checkpoint is after round 4: round 5 is run again
+    assert result.summary["status"] == "completed" and result.summary["resumed_from_round"] == 4
+    assert comparable(path) == comparable(reference)
+
+
+def test_resume_from_the_command_line_and_extend(reference, tmp_path):
+    path = tmp_path / "run"
+    raw = small_scenario(**{**STATEFUL, "rounds": 4})
+    run_scenario(validate_scenario(raw), path)
+    assert main(["run", "--resume", str(path), "--set", "rounds=7", "--quiet"]) == 0
+    assert comparable(path) == comparable(reference)
+    assert main(["run", "--resume", str(path), "--set", "algorithm.client_lr=1.0"]) == 2  # not a resumable change
+
+
+def test_same_metrics_with_one_two_and_four_runners(reference, tmp_path):
+    for runners in (1, 4):
+        raw = small_scenario(**STATEFUL, **{"runtime.runners": runners})
+        run_scenario(validate_scenario(raw), tmp_path / f"r{runners}")
+        assert comparable(tmp_path / f"r{runners}") == comparable(reference)
+
+
+def test_a_runner_killed_mid_round_costs_time_not_results(reference, tmp_path):
+    raw = small_scenario(**{**STATEFUL, "runtime.runners": 2})
+    killed = {}
+
+    def kill_during_round_3(row):
+        if row["round"] == 2:
+            def kill():
+                time.sleep(0.05)  # round 3 has started: its jobs are in flight on both runners
+                victim = shared_runners()[0]
+                killed["pid"] = ray.get(victim.pid.remote())
+                killed["victim"] = victim
+                os.kill(killed["pid"], signal.SIGKILL)
+            threading.Thread(target=kill, daemon=True).start()
+
+    run_scenario(validate_scenario(raw), tmp_path / "run", on_round=kill_during_round_3)
+    assert comparable(tmp_path / "run") == comparable(reference)
+    # the runner really died and Ray started it again (its unfinished calls were retried)
+    assert ray.get(killed["victim"].pid.remote()) != killed["pid"]
+
+
+def test_ctrl_c_stops_cleanly_keeping_finished_rounds(tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(rounds=500)))
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "emulator", "run", str(scenario), "--out", str(out), "--quiet"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        if (out / "metrics.csv").exists() and len((out / "metrics.csv").read_text().splitlines()) >= 4:
+            break
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "interrupted" in err
+    summary = json.loads((out / "summary.json").read_text())
+    rows = read_metrics(out)
+    assert summary["status"] == "interrupted" and len(rows) >= 3
+    assert [int(r["round"]) for r in rows] == list(range(1, len(rows) + 1))
+
+
+def test_two_node_cluster_spreads_runners_and_gives_the_same_metrics(reference, tmp_path):
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4})))
+    out = tmp_path / "cluster-run"
+    script = textwrap.dedent(f"""
+        import sys
+        from ray.cluster_utils import Cluster
+        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        from emulator.cli import main
+        code = main(["run", {str(scenario)!r}, "--out", {str(out)!r}, "--address", cluster.address, "--quiet"])
+        cluster.shutdown()
+        sys.exit(code)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["runners"] == 4 and summary["runner_nodes"] == 2
+    assert comparable(out) == comparable(reference)
+
+
+@pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
+def test_bad_input_gets_one_clear_paragraph_and_exit_code_2(ray_session, path, tmp_path, capsys):
+    expected = path.read_text().splitlines()[0].removeprefix("# expect: ")
+    # point --out at a finished run: whatever the mistake, that run must come through untouched
+    existing = tmp_path / "existing"
+    existing.mkdir()
+    (existing / "metrics.csv").write_text("round,test_acc\n1,0.5\n")
+    (existing / "summary.json").write_text("{}")
+    before = digest(existing)
+    for out in (existing, tmp_path / "fresh"):
+        code = main(["run", str(path), "--out", str(out), "--quiet"])
+        err = capsys.readouterr().err
+        assert code == 2, err
+        assert "Traceback" not in err and "\n\n" not in err.strip()
+        if out.name == "fresh":
+            assert expected in err, err
+            assert not out.exists()
+    assert digest(existing) == before
+
+
+def test_bad_input_from_a_fresh_process_has_no_traceback(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "emulator", "run", str(BAD[0]), "--quiet"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr and proc.stderr.startswith("error:")
