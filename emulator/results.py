@@ -67,7 +67,7 @@ class RunDirectory:
             self._metrics.flush()
 
     def append(self, row: dict) -> None:
-        self._writer.writerow({k: _cell(v) for k, v in row.items() if not k.startswith("_")})
+        self._writer.writerow({k: _cell(v) for k, v in row.items()})
         self._metrics.flush()
         os.fsync(self._metrics.fileno())
 

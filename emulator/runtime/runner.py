@@ -30,6 +30,13 @@ class RunContext:
     model_seed: int
 
 
+def unbox(context_box: list) -> RunContext:
+    """The run's context, from a one-item list holding it or its object reference (a list, so Ray does not
+    fetch it for every call: runners fetch it once and cache it)."""
+    item = context_box[0]
+    return item if isinstance(item, RunContext) else ray.get(item)
+
+
 @dataclass(frozen=True)
 class DeviceJob:
     run_key: str
@@ -55,7 +62,7 @@ class DeviceRunner:
 
     def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
         if key not in self._runs:
-            context: RunContext = context_box[0] if isinstance(context_box[0], RunContext) else ray.get(context_box[0])
+            context = unbox(context_box)
             train = context.federation.train
             model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed)
             self._runs[key] = (context, model.to(self.device))

@@ -17,7 +17,7 @@ from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
 from emulator.runtime.pool import RunnerPool
-from emulator.runtime.runner import DeviceJob, RunContext
+from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
@@ -34,7 +34,7 @@ class FederatedServer:
             torch.set_num_threads(torch_threads)
         self.scenario = Scenario.model_validate(scenario)
         self.context_box = context_box
-        context: RunContext = context_box[0] if isinstance(context_box[0], RunContext) else ray.get(context_box[0])
+        context = unbox(context_box)
         self.run_key = context.key
         federation = context.federation
         self.model = build_model(context.model_name, federation.train.input_shape, federation.train.num_classes,
@@ -54,12 +54,8 @@ class FederatedServer:
         self.round = 0
         self._events: list[tuple] = []
 
-    @property
-    def columns(self) -> tuple[str, ...]:
-        return BASE_COLUMNS + tuple(self.algorithm.columns)
-
     def get_columns(self) -> tuple[str, ...]:
-        return self.columns
+        return BASE_COLUMNS + tuple(self.algorithm.columns)
 
     def run_round(self) -> dict:
         self.round += 1
