@@ -34,8 +34,9 @@ def comparison_table(groups: dict[str, list[Run]], target: float | None, last: i
         per_seed = pd.DataFrame([summarize(r.metrics, r.participation, target, last) for r in runs])
         row = {"experiment": label, "seeds": len(runs)}
         for column in per_seed:
-            row[column] = per_seed[column].mean()
+            row[column] = per_seed[column].mean()  # over the seeds that have a value (e.g. reached a target)
             row[f"{column}_std"] = per_seed[column].std(ddof=0) if len(runs) > 1 else math.nan
+            row[f"{column}_seeds"] = int(per_seed[column].notna().sum())
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -55,6 +56,9 @@ def _markdown(table: pd.DataFrame, target: float | None, last: int) -> str:
             text = COLUMNS[column][1].format(value)
             if not pd.isna(spread) and spread > 0:
                 text += " ± " + COLUMNS[column][1].format(spread)
+            counted = int(row.get(f"{column}_seeds", row["seeds"]))
+            if counted < int(row["seeds"]):
+                text += f" ({counted} of {int(row['seeds'])} seeds)"
             cells.append(text)
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)

@@ -87,7 +87,15 @@ def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
         for key in keys:
             label = base if len(keys) == 1 else f"{base} ({_difference(key, keys)})"
             labelled[label] = sorted(groups[key], key=lambda r: r.seed)
-    return labelled
+    return dict(sorted(labelled.items(), key=lambda item: _natural(item[0])))
+
+
+def _natural(text: str) -> list:
+    """Sort key that orders numbers by value: deadline_60 before deadline_120."""
+    import re
+
+    return [(0, float(part), "") if part.replace(".", "", 1).isdigit() else (1, 0.0, part)
+            for part in re.split(r"(\d+(?:\.\d+)?)", text) if part]
 
 
 def _base_name(name: str) -> str:

@@ -104,3 +104,13 @@ def test_gini_and_lorenz():
     share, held = lorenz_curve([0, 0, 0, 12])
     assert list(share) == [0, 0.25, 0.5, 0.75, 1.0] and list(held) == [0, 0, 0, 0, 1.0]
     assert gini(np.arange(100)) == pytest.approx(1 / 3, abs=0.01)
+
+
+def test_report_says_how_many_seeds_reached_the_target(runs, tmp_path):
+    fedavg = [p for p in sorted(runs.iterdir()) if p.name.startswith("fedavg")]
+    accs = [pd.read_csv(p / "metrics.csv").test_acc.max() for p in fedavg]
+    target = (min(accs) + max(accs)) / 2  # one seed gets there, the other does not
+    assert min(accs) < target <= max(accs)
+    write_report(fedavg, tmp_path / "r", target=target)
+    line = next(l for l in (tmp_path / "r" / "report.md").read_text().splitlines() if l.startswith("| fedavg"))
+    assert "(1 of 2 seeds)" in line
