@@ -20,11 +20,6 @@ def compute_seconds(samples, s_per_sample, jitter=1.0):
     return np.asarray(samples, dtype=np.float64) * np.asarray(s_per_sample, dtype=np.float64) * jitter
 
 
-def hazard_drop_probability(work_seconds, dropout_per_hour):
-    """Chance that a device with a constant dropout hazard fails during `work_seconds` of work."""
-    return 1.0 - np.exp(-np.asarray(work_seconds, dtype=np.float64) * dropout_per_hour / 3600.0)
-
-
 class ParticipationLedger:
     """Per-device counters: how often each device was selected, reported in time, dropped, straggled.
 

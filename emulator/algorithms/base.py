@@ -8,7 +8,7 @@ how streamed updates become the next global model (`aggregate`), what a server r
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Callable, Iterable
 
 import numpy as np
@@ -49,7 +49,6 @@ class AlgorithmContext:
     server_samples: int = 0  # size of the server's data set
     server_train: ServerTrainer | None = None  # (params, spec, purpose) -> (new params, stats)
     parameter_mask: np.ndarray | None = None  # True where the flat vector holds trainable weights
-    extra: dict = field(default_factory=dict)
 
 
 class Algorithm:
