@@ -1,4 +1,5 @@
 """The scenario schema: good files load, bad files get errors that name the field and the fix."""
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -29,6 +30,30 @@ def test_every_shipped_scenario_validates():
     assert files, "no scenarios shipped"
     for path in files:
         load_scenario(path)
+
+
+def suggested_overrides(path: Path) -> list[list[str]]:
+    """The `--set` groups a scenario's comments suggest, one group per comment line."""
+    groups = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#") or "--set" not in line:
+            continue
+        words = shlex.split(line.lstrip("#"))
+        groups.append([words[i + 1].rstrip(".,;") for i, word in enumerate(words[:-1]) if word == "--set"])
+    return groups
+
+
+def test_overrides_suggested_in_scenario_comments_are_valid():
+    """The variants a scenario's comments point users to (baselines, regimes, adaptive) must load."""
+    checked = 0
+    for path in sorted((ROOT / "scenarios").rglob("*.yaml")):
+        for group in suggested_overrides(path):
+            try:
+                load_scenario(path, group)
+            except ScenarioError as err:
+                pytest.fail(f"{path.relative_to(ROOT)}: suggested {group} is invalid: {err}")
+            checked += 1
+    assert checked >= 10
 
 
 def test_defaults_fill_in_a_minimal_file(tmp_path):
