@@ -111,8 +111,8 @@ def _run(args) -> int:
 
 
 def _report(args) -> int:
-    from analysis.report import write_report
-    from analysis.runs import NotARunError
+    from emulator.analysis.report import write_report
+    from emulator.analysis.runs import NotARunError
 
     try:
         path = write_report(args.runs, args.out, target=args.target, last=args.last, title=args.title)

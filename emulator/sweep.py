@@ -89,7 +89,7 @@ def plan_sweep(path: str | Path, overrides: list[str], grid: list[tuple[str, lis
 
 def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | None = None,
               address: str | None = None, on_done: Callable[[SweepRun], None] | None = None) -> SweepResult:
-    from analysis import write_report
+    from emulator.analysis import write_report
     from emulator.driver import run_scenario
     from emulator.runtime.cluster import ray_session
 

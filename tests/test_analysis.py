@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis import gini, group_runs, load_runs, lorenz_curve, time_to_accuracy, write_report
+from emulator.analysis import gini, group_runs, load_runs, lorenz_curve, time_to_accuracy, write_report
 from conftest import small_scenario
 from emulator.cli import main
 from emulator.driver import run_scenario

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis import plots
-from analysis.metrics import summarize
-from analysis.runs import Run, group_runs, load_runs
+from emulator.analysis import plots
+from emulator.analysis.metrics import summarize
+from emulator.analysis.runs import Run, group_runs, load_runs
 
 COLUMNS = {  # table column -> (heading, format)
     "final_acc": ("final acc (last {last})", "{:.4f}"),

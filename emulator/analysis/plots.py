@@ -12,8 +12,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
-from analysis.metrics import lorenz_curve  # noqa: E402
-from analysis.runs import Run  # noqa: E402
+from emulator.analysis.metrics import lorenz_curve  # noqa: E402
+from emulator.analysis.runs import Run  # noqa: E402
 
 AXES = {
     "time": ("simulated wall-clock (hours)", lambda m: m["sim_time_s"] / 3600.0),
