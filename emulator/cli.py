@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     report.add_argument("--target", type=float, help="test accuracy for time-to-accuracy (e.g. 0.8)")
     report.add_argument("--last", type=int, default=5, help="final accuracy = mean of the last N evaluations")
     report.add_argument("--title", default="Run report")
+    report.add_argument("--figure-width", choices=["one", "two"], default="two",
+                        help="figures for one column (3.3 in) or two columns (7 in, the default) of a paper")
 
     sweep = commands.add_parser("sweep", help="run a grid of scenario variants x seeds concurrently, then report")
     scenario_args(sweep)
@@ -56,6 +58,9 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
+    from emulator.interrupts import RunInterrupted
+    from emulator.results import OutputError
+
     try:
         if args.command == "validate":
             return _validate(args)
@@ -67,6 +72,13 @@ def main(argv: list[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except OutputError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except RunInterrupted as exc:
+        print(f"\ninterrupted ({exc}): every finished round is saved in the run directory; continue it with "
+              "emulator run --resume RUN_DIR", file=sys.stderr)
+        return 128 + int(exc.signum)
     except KeyboardInterrupt:
         print("\ninterrupted: every finished round is saved in the run directory", file=sys.stderr)
         return EXIT_INTERRUPTED
@@ -83,22 +95,28 @@ def _validate(args) -> int:
 
 
 def _run(args) -> int:
-    from emulator.driver import resumable_scenario, resume_run, run_scenario
+    from emulator.driver import AlreadyFinished, resumable_scenario, resume_run, run_scenario
+    from emulator.interrupts import stop_on_signals
     from emulator.progress import RunProgress, format_duration
 
     if (args.scenario is None) == (args.resume is None):
         raise ScenarioError("emulator run: give a scenario file, or --resume RUN_DIR (not both)")
     overrides = list(args.overrides) + ([f"runtime.address={args.address}"] if args.address else [])
-    if args.resume:
-        if args.out:
-            raise ScenarioError("--out: a resumed run continues in its own directory; drop --out")
-        scenario = resumable_scenario(args.resume, overrides)
-        with RunProgress(scenario, enabled=not args.quiet) as progress:
-            result = resume_run(args.resume, on_round=progress.update, overrides=overrides)
-    else:
-        scenario = load_scenario(args.scenario, overrides)
-        with RunProgress(scenario, enabled=not args.quiet) as progress:
-            result = run_scenario(scenario, args.out, on_round=progress.update)
+    with stop_on_signals() as stop:
+        if args.resume:
+            if args.out:
+                raise ScenarioError("--out: a resumed run continues in its own directory; drop --out")
+            scenario = resumable_scenario(args.resume, overrides)
+            try:
+                with RunProgress(scenario, enabled=not args.quiet) as progress:
+                    result = resume_run(args.resume, on_round=progress.update, overrides=overrides, stop=stop)
+            except AlreadyFinished as done:
+                print(done, file=sys.stderr)
+                return EXIT_OK
+        else:
+            scenario = load_scenario(args.scenario, overrides)
+            with RunProgress(scenario, enabled=not args.quiet) as progress:
+                result = run_scenario(scenario, args.out, on_round=progress.update, stop=stop)
     summary = result.summary
     parts = [f"{scenario.name}: {summary['rounds_completed']} rounds"]
     if summary.get("final_test_acc") is not None:
@@ -115,7 +133,8 @@ def _report(args) -> int:
     from emulator.analysis.runs import NotARunError
 
     try:
-        path = write_report(args.runs, args.out, target=args.target, last=args.last, title=args.title)
+        path = write_report(args.runs, args.out, target=args.target, last=args.last, title=args.title,
+                            figure_width=f"{args.figure_width}-column")
     except NotARunError as exc:
         raise ScenarioError(f"emulator report: {exc}") from None
     print(f"wrote {path}")

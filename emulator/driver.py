@@ -4,27 +4,38 @@ The driver is the edge of the system: it builds the data, starts the actors, pul
 round from the server actor and writes it to disk before asking for the next, and checkpoints the
 server's state every `output.checkpoint_every` rounds so that `resume_run` can continue a run that was
 interrupted, ending with the same metrics as if it never had been.
+
+Everything that can refuse a run (a bad output path, a run directory in use, an edited scenario, a
+finished run) is checked before Ray starts. While a run goes, a stop request (Ctrl-C, SIGTERM) is
+honoured at the next 100 ms poll, a dead server actor is restarted from the last checkpoint, and a full
+disk stops the run cleanly so that it can be resumed once space is freed.
 """
 from __future__ import annotations
 
 import platform
+import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
 import ray
 
+from emulator import checkpoint as checkpoints
 from emulator.data import build_federation
 from emulator.data.federation import Federation
-from emulator.results import RunDirectory
+from emulator.interrupts import RunInterrupted, StopRequest
+from emulator.results import NO_SPACE, OutputError, RunDirectory, _metrics_row_ok, check_writable, valid_rows
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext
 from emulator.runtime.server import ServerActor
 from emulator.scenario import Scenario, ScenarioError, load_scenario
 from emulator.seeding import torch_seed
+
+POLL_S = 0.1            # how often a waiting driver looks at its stop request
+SERVER_RESTARTS = 3     # a server that dies this often without finishing a round ends the run
 
 
 @dataclass
@@ -34,13 +45,27 @@ class RunResult:
     summary: dict
 
 
+class AlreadyFinished(Exception):
+    """`--resume` of a run that has done all its rounds: nothing to do, nothing touched."""
+
+    def __init__(self, path: Path, summary: dict):
+        self.path, self.summary = path, summary
+        rounds = summary.get("rounds_completed")
+        super().__init__(f"{path}: this run already finished all {rounds} rounds; nothing was changed. To run "
+                         f"more rounds, extend it: emulator run --resume {path} --set rounds={int(rounds or 0) * 2}")
+
+
 def run_scenario(scenario: Scenario, out: str | Path | None = None,
-                 on_round: Callable[[dict], None] | None = None, federation: Federation | None = None) -> RunResult:
+                 on_round: Callable[[dict], None] | None = None, federation: Federation | None = None,
+                 stop: StopRequest | None = None, notify: Callable[[str], None] | None = None) -> RunResult:
     """Run every round of `scenario`; each finished round is on disk before the next starts.
 
     `federation` replaces the data the scenario describes (bring your own data); it must hold
-    population.devices devices."""
-    return _execute(scenario, out, on_round, federation, resume=False)
+    population.devices devices. `stop`, when set (by a signal handler or another thread), ends the run
+    at the next poll with RunInterrupted, keeping every finished round."""
+    check_writable(out, scenario.output.dir)  # before Ray starts: a bad path costs nothing
+    RunDirectory.check_free(scenario, out)     # an existing run is never touched
+    return _execute(scenario, _Start(out=out), on_round, federation, stop, notify or _to_stderr)
 
 
 def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None) -> Scenario:
@@ -57,93 +82,252 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None) 
 
 
 def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = None,
-               overrides: list[str] | None = None) -> RunResult:
-    """Continue an interrupted run from its last checkpoint, in its own directory."""
-    return _execute(resumable_scenario(run_dir, overrides), Path(run_dir), on_round, None, resume=True)
+               overrides: list[str] | None = None, stop: StopRequest | None = None,
+               notify: Callable[[str], None] | None = None) -> RunResult:
+    """Continue an interrupted run from its last valid checkpoint, in its own directory; with
+    `--set rounds=N`, extend a finished one. Raises AlreadyFinished when there is nothing to do."""
+    notify = notify or _to_stderr
+    run_dir = Path(run_dir)
+    scenario = resumable_scenario(run_dir, overrides)
+    directory = RunDirectory(run_dir)
+    check_writable(run_dir, run_dir)
+    directory.lock()
+    try:
+        start = _plan_resume(directory, scenario, notify)
+        return _execute(scenario, start, on_round, None, stop, notify)
+    finally:
+        directory.unlock()
 
 
-def _execute(scenario: Scenario, out, on_round, federation, resume: bool) -> RunResult:
+# ----------------------------------------------------------------------------------------- planning
+@dataclass
+class _Start:
+    """Where a run starts: a fresh directory, or a checkpoint (None: round 0) of an existing one."""
+
+    out: str | Path | None = None
+    directory: RunDirectory | None = None
+    checkpoint: checkpoints.Checkpoint | None = None
+    summary: dict = field(default_factory=dict)
+
+
+def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
+    """Decide, before Ray starts, from which checkpoint a run continues, or refuse with a reason."""
+    summary = directory.read_summary()
+    _, rows = valid_rows(directory.metrics_path, _metrics_row_ok) if directory.metrics_path.exists() else ([], [])
+    found, notes = [], []
+    for name in (checkpoints.CURRENT, checkpoints.PREVIOUS):
+        if (directory.path / name).exists():
+            try:
+                found.append(checkpoints.read(directory.path / name))
+            except checkpoints.CheckpointError as exc:
+                notes.append(str(exc))
+    current = checkpoints.fingerprint(scenario)
+    for point in found:
+        if point.fingerprint != current:
+            changed = checkpoints.differing_fields(point.fields, checkpoints.results_fields(scenario))
+            raise ScenarioError(
+                f"--resume {directory.path}: scenario.yaml no longer describes the experiment this run started "
+                f"({', '.join(changed[:8]) or 'results-relevant fields'} changed); resuming would mix two "
+                "experiments. Restore the file, or start a new run with the changes")
+    done = max((p.round for p in found), default=0)
+    if summary.get("status") == "completed" and done >= scenario.rounds and len(rows) >= scenario.rounds:
+        if scenario.rounds < int(summary.get("rounds_completed") or 0):
+            raise ScenarioError(f"rounds: {scenario.rounds}, but this run already finished "
+                                f"{summary['rounds_completed']} rounds; give more rounds to extend it")
+        raise AlreadyFinished(directory.path, summary)
+    if scenario.rounds < done:
+        raise ScenarioError(f"rounds: {scenario.rounds}, but this run's checkpoint is after round {done}; give "
+                            f"at least {done + 1} rounds, or start a new run")
+    # the newest verified checkpoint whose rounds are all whole on disk (a damaged row before it would
+    # leave a gap: fall back to an older checkpoint, or to round 0)
+    usable = next((p for p in sorted(found, key=lambda p: -p.round) if p.round <= len(rows)), None)
+    if usable is None or usable.round < done:
+        notes.append(f"metrics.csv holds {len(rows)} whole rounds, fewer than the checkpoint's {done}")
+    for note in notes:
+        notify(f"warning: {note}")
+    if notes:
+        where = f"the checkpoint after round {usable.round}" if usable else "round 0 (the run is deterministic)"
+        notify(f"resuming from {where}")
+    return _Start(directory=directory, checkpoint=usable, summary=summary)
+
+
+# ----------------------------------------------------------------------------------------- running
+class _Server:
+    """The server actor, started again from the last checkpoint if it dies."""
+
+    def __init__(self, scenario: Scenario, context_box: list, pool: RunnerPool):
+        self.scenario, self.context_box, self.pool = scenario, context_box, pool
+        self.actor = None
+        self.start()
+
+    def start(self, state: dict | None = None) -> int:
+        if self.actor is not None:
+            ray.kill(self.actor)
+        runtime = self.scenario.runtime
+        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus).remote(
+            self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
+        return _remote(self.actor.load_state.remote(state)) if state is not None else 0
+
+    def call(self, method: str, *args, stop: StopRequest | None = None):
+        """Call a server method, polling so that a stop request is honoured within POLL_S."""
+        ref = getattr(self.actor, method).remote(*args)
+        while stop is not None:
+            ready, _ = ray.wait([ref], timeout=POLL_S)
+            if ready:
+                break
+            if stop.is_set():
+                raise RunInterrupted(stop.signum)
+        return _remote(ref)
+
+    def kill(self) -> None:
+        if self.actor is not None:
+            ray.kill(self.actor)
+
+
+def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
     started = time.time()
     if federation is None:
         federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
     elif federation.num_devices != scenario.population.devices:
         raise ScenarioError(f"population.devices: {scenario.population.devices}, but the given federation has "
                             f"{federation.num_devices} devices")
-    if resume:
-        directory = RunDirectory(Path(out))
-        checkpoint = directory.load_checkpoint()
-    else:
-        RunDirectory.check_free(scenario, out)  # before anything starts: an existing run is never touched
-        checkpoint = None
     runtime = scenario.runtime
     with ray_session(runtime.address) as session_outlives_run:
+        if stop is not None:
+            stop.install()  # Ray's init installs a SIGTERM handler of its own: ours comes back
         context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
                              torch_seed(scenario.seed, "model-init"))
         context_box = [ray.put(context)]
         count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-        start = RunnerPool.shared if session_outlives_run else RunnerPool.start
-        pool = start(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads)
-        server = ServerActor.options(num_cpus=runtime.server_num_cpus).remote(
-            scenario.model_dump(mode="json"), context_box, pool.runners, runtime.torch_threads)
+        begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads)
+        server = _Server(scenario, context_box, pool)
+        directory = start.directory
         try:
-            _remote(server.preflight.remote())
+            server.call("preflight")
             pool.prepare(context.key, context_box)
-            if resume:
-                done = _remote(server.load_state.remote(checkpoint)) if checkpoint else 0
-                rows = directory.rewind(done)
-            else:
-                directory = RunDirectory.create(scenario, out)
+            if directory is None:
+                directory = RunDirectory.create(scenario, start.out)
                 done, rows = 0, []
-            summary = _loop(scenario, federation, directory, server, pool, rows, done, on_round, started)
+            else:
+                done = server.start(start.checkpoint.state) if start.checkpoint else 0
+                rows = directory.rewind(done)
+                directory.write_scenario(scenario)  # an extension (--set rounds) is part of the run's record
+            resumed = start.directory is not None
+            summary = _loop(scenario, federation, directory, server, pool, rows, done if resumed else None,
+                            on_round, started, stop, notify, start.summary)
         finally:
-            ray.kill(server)
+            server.kill()
             pool.shutdown()
+            if directory is not None and start.directory is None:
+                directory.unlock()
     return RunResult(directory.path, summary.pop("_rows"), summary)
 
 
-def _loop(scenario, federation, directory, server, pool, rows, done, on_round, started) -> dict:
-    summary = {"name": scenario.name, "seed": scenario.seed, "status": "running", "rounds": scenario.rounds,
-               "rounds_completed": done, "devices": federation.num_devices,
+def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_round, started, stop, notify,
+          previous) -> dict:
+    summary = {**previous, "name": scenario.name, "seed": scenario.seed, "status": "running",
+               "rounds": scenario.rounds, "rounds_completed": len(rows), "devices": federation.num_devices,
                "train_samples": int(federation.sizes.sum()), "server_samples": int(len(federation.server_indices)),
-               "test_samples": len(federation.test), "started_at": _stamp(started), "host": platform.node(),
-               "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
-               "resumed_from_round": done if done else None}
+               "test_samples": len(federation.test), "started_at": previous.get("started_at", _stamp(started)),
+               "host": platform.node(), "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
+               "resumed_from_round": resumed_from}
+    for stale in ("error", "note", "finished_at"):
+        summary.pop(stale, None)
+    if rows:
+        summary.update(_progress(rows))
     every = scenario.output.checkpoint_every
-    directory.open_metrics(_remote(server.get_columns.remote()))
+    columns = server.call("get_columns")
     clock_offset = float(rows[-1]["wall_time_s"]) if rows else 0.0
     rounds_started = time.time()
-    interrupted = False
+    restarts = 0
+    if stop is not None:
+        stop.deferred = True  # from here a signal stops the run at the next poll
     try:
-        for r in range(done + 1, scenario.rounds + 1):
-            row = _remote(server.run_round.remote())
-            row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
-            directory.append(row)
-            if scenario.system.events:
-                directory.append_events(_remote(server.take_events.remote()))
-            rows.append(row)
+        _write_summary(directory, summary)
+        directory.open_metrics(columns)
+        while len(rows) < scenario.rounds:
+            try:
+                row = server.call("run_round", stop=stop)
+                r = int(row["round"])
+                row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
+                directory.append(row)
+                if scenario.system.events:
+                    directory.append_events(server.call("take_events"))
+                rows.append(row)
+                if (every and r % every == 0) or r == scenario.rounds:
+                    checkpoints.write(directory.path, server.call("get_state"), scenario)
+            except ray.exceptions.RayActorError as exc:
+                restarts += 1
+                if restarts > SERVER_RESTARTS:
+                    raise
+                rows = _restart(server, directory, columns, notify, exc)
+                continue
+            restarts = 0
             summary.update(_progress(rows))
-            if (every and r % every == 0) or r == scenario.rounds:
-                directory.write_checkpoint(_remote(server.get_state.remote()))
             if on_round:
                 on_round(row)
+            if stop is not None and stop.is_set():
+                raise RunInterrupted(stop.signum)
         summary["status"] = "completed"
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
-        summary["status"] = "interrupted" if interrupted else "failed"
+        full = isinstance(exc, OSError) and exc.errno in NO_SPACE
+        summary["status"] = "interrupted" if interrupted or full else "failed"
+        if full:
+            summary["error"] = f"disk full: {exc.strerror} ({exc.filename or directory.path})"
+            raise OutputError(f"{directory.path}: the disk is full ({exc.strerror}); every finished round is "
+                              f"kept. Free some space, then continue with: emulator run --resume "
+                              f"{directory.path}") from None
         if not interrupted:
             summary["error"] = f"{type(exc).__name__}: {exc}"
         raise
     finally:
-        try:  # an interrupted server may still be busy with its round: do not wait long for it
-            directory.write_participation(ray.get(server.participation.remote(), timeout=10 if interrupted else None))
-        except Exception as exc:
-            summary.setdefault("note", f"participation.csv not updated: {type(exc).__name__}")
-        summary["finished_at"] = _stamp(time.time())
-        summary["wall_time_s"] = round(time.time() - started, 3)
-        directory.write_summary(summary)
-        directory.close()
+        if stop is not None:
+            stop.deferred = False
+        _finish(directory, server, rows, summary, started, notify)
     summary["_rows"] = rows
     return summary
+
+
+def _restart(server: _Server, directory: RunDirectory, columns, notify, exc) -> list[dict]:
+    """The server actor died: start a new one from the last valid checkpoint and redo the rounds after
+    it (deterministically, so the metrics come out the same)."""
+    point, notes = checkpoints.latest(directory.path)
+    for note in notes:
+        notify(f"warning: {note}")
+    done = point.round if point else 0
+    notify(f"warning: the server actor died ({type(exc).__name__}); restarting it from "
+           f"{f'the checkpoint after round {done}' if point else 'round 0'}")
+    server.start(point.state if point else None)
+    rows = directory.rewind(done)
+    directory.open_metrics(columns)
+    return rows
+
+
+def _finish(directory: RunDirectory, server: _Server, rows, summary, started, notify) -> None:
+    """Write participation.csv (as of the last saved round) and the summary, whatever happened."""
+    try:
+        if rows or summary["status"] == "completed":
+            participation = ray.get(server.actor.participation_after.remote(len(rows)), timeout=5)
+            if participation is not None:
+                directory.write_participation(participation)
+    except Exception as exc:
+        summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
+    summary["finished_at"] = _stamp(time.time())
+    summary["wall_time_s"] = round(time.time() - started, 3)
+    _write_summary(directory, summary)
+    directory.close()
+
+
+def _write_summary(directory: RunDirectory, summary: dict) -> None:
+    try:
+        directory.write_summary({k: v for k, v in summary.items() if k != "_rows"})
+    except OutputError:
+        pass  # a finished run's fuller summary stays as it was
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
 
 
 def _remote(ref):
@@ -170,6 +354,10 @@ def _progress(rows: list[dict]) -> dict:
         "final_test_loss": number(evaluated[-1]["test_loss"]) if evaluated else None,
         "best_test_acc": max(float(r["test_acc"]) for r in evaluated) if evaluated else None,
     }
+
+
+def _to_stderr(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 def _stamp(t: float) -> str:

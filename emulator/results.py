@@ -1,11 +1,14 @@
 """The run directory: the resolved scenario, one metrics row per round, and a summary.
 
-Every row is flushed to disk as its round ends, and files that are rewritten (the summary) are replaced
-atomically, so an interrupted run keeps everything it finished.
+Every row is flushed to disk as its round ends, and files that are rewritten (the summary, the
+scenario) are replaced atomically, so an interrupted run keeps everything it finished. One process at
+a time writes a run directory (an advisory lock), and a finished run's summary is never replaced by one
+that holds less.
 """
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 import time
@@ -24,13 +27,52 @@ def default_run_dir(scenario: Scenario) -> Path:
     return path
 
 
+NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+class OutputError(RuntimeError):
+    """The run directory cannot be written (disk full, permissions): the run stops cleanly."""
+
+
 def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step; on any failure the old file stays and no .tmp is left."""
     tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w") as handle:
-        handle.write(text)
-        handle.flush()
-        os.fsync(handle.fileno())
-    os.replace(tmp, path)
+    try:
+        with open(tmp, "w") as handle:
+            handle.write(text)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def check_writable(out: str | Path | None, default_parent: str | Path) -> None:
+    """Refuse, before Ray starts, an output path that is a file or cannot be written."""
+    from emulator.scenario import ScenarioError
+
+    target = Path(out) if out is not None else Path(default_parent)
+    field = "--out" if out is not None else "output.dir"
+    if target.exists() and not target.is_dir():
+        raise ScenarioError(f"{field} {target}: is a file, not a directory; give a directory path")
+    existing = target
+    while not existing.exists():
+        if existing.parent == existing:
+            break
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ScenarioError(f"{field} {target}: {existing} is a file, not a directory; give a directory path")
+    probe = existing / f".emulator-write-test-{os.getpid()}"
+    try:
+        probe.write_text("")
+    except OSError as exc:
+        raise ScenarioError(f"{field} {target}: cannot write in {existing} ({exc.strerror}); choose a "
+                            "directory you can write to") from None
+    finally:
+        try:
+            probe.unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 class RunDirectory:
@@ -38,6 +80,35 @@ class RunDirectory:
         self.path = Path(path)
         self._metrics = None
         self._writer = None
+        self._lock = None
+
+    # ------------------------------------------------------------------------------------------ lock
+    def lock(self) -> "RunDirectory":
+        """Hold the directory for this process; a second process writing it is refused (exit 2)."""
+        import fcntl
+
+        from emulator.scenario import ScenarioError
+
+        handle = open(self.path / ".lock", "a+")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            handle.seek(0)
+            owner = handle.read().strip() or "another process"
+            handle.close()
+            raise ScenarioError(f"{self.path}: another emulator process (pid {owner}) is writing this run "
+                                "directory; wait for it to finish or stop it, then --resume") from None
+        handle.seek(0)
+        handle.truncate()
+        handle.write(str(os.getpid()))
+        handle.flush()
+        self._lock = handle
+        return self
+
+    def unlock(self) -> None:
+        if self._lock is not None:
+            self._lock.close()  # closing releases the flock
+            self._lock = None
 
     @staticmethod
     def check_free(scenario: Scenario, out: str | Path | None) -> None:
@@ -51,15 +122,25 @@ class RunDirectory:
         cls.check_free(scenario, out)
         path = Path(out) if out else default_run_dir(scenario)
         path.mkdir(parents=True, exist_ok=True)
-        directory = cls(path)
-        write_atomic(path / "scenario.yaml", dump_scenario(scenario))
+        directory = cls(path).lock()
+        cls.check_free(scenario, out)  # again, under the lock: a second process may have started here
+        directory.write_scenario(scenario)
         return directory
+
+    def write_scenario(self, scenario: Scenario) -> None:
+        write_atomic(self.path / "scenario.yaml", dump_scenario(scenario))
 
     @property
     def metrics_path(self) -> Path:
         return self.path / "metrics.csv"
 
     def open_metrics(self, columns: tuple[str, ...]) -> None:
+        """Open metrics.csv for appending rows of `columns` (a file written by an older version with
+        other columns is rewritten with these first)."""
+        if self.metrics_path.exists():
+            header, rows = valid_rows(self.metrics_path, _metrics_row_ok)
+            if header and header != list(columns):
+                self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], list(columns))
         self._metrics = open(self.metrics_path, "a", newline="")
         self._writer = csv.DictWriter(self._metrics, fieldnames=list(columns), extrasaction="raise")
         if self._metrics.tell() == 0:
@@ -78,68 +159,72 @@ class RunDirectory:
         with open(path, "a", newline="") as handle:
             writer = csv.writer(handle)
             if new:
-                writer.writerow(["round", "time_s", "device", "event"])
+                writer.writerow(EVENT_COLUMNS)
             writer.writerows(events)
+            handle.flush()
+            os.fsync(handle.fileno())
 
     def write_participation(self, columns: dict) -> None:
         """One row per device: its counters (selected, reported, dropped, straggled) and profile."""
         import pandas as pd
 
         tmp = self.path / ".participation.csv.tmp"
-        pd.DataFrame(columns).to_csv(tmp, index=False, float_format="%.6g")
-        os.replace(tmp, self.path / "participation.csv")
+        try:
+            pd.DataFrame(columns).to_csv(tmp, index=False, float_format="%.6g")
+            os.replace(tmp, self.path / "participation.csv")
+        finally:
+            tmp.unlink(missing_ok=True)
 
-    # --------------------------------------------------------------------------------- checkpoints
-    @property
-    def checkpoint_path(self) -> Path:
-        return self.path / "checkpoint.pkl"
-
-    def write_checkpoint(self, state: dict) -> None:
-        """The server's state after round state['round'], replaced atomically (a crash mid-write keeps
-        the previous checkpoint)."""
-        import pickle
-
-        tmp = self.path / ".checkpoint.pkl.tmp"
-        with open(tmp, "wb") as handle:
-            pickle.dump(state, handle, protocol=pickle.HIGHEST_PROTOCOL)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, self.checkpoint_path)
-
-    def load_checkpoint(self) -> dict | None:
-        import pickle
-
-        if not self.checkpoint_path.exists():
-            return None
-        with open(self.checkpoint_path, "rb") as handle:
-            return pickle.load(handle)
-
+    # ------------------------------------------------------------------------------------- rewinding
     def rewind(self, round_done: int) -> list[dict]:
         """Keep the metrics (and events) of rounds up to `round_done`, the checkpoint's: later rounds are
-        run again, with the same results. Returns the kept metrics rows."""
-        rows = read_metrics(self.path) if self.metrics_path.exists() else []
-        kept = [r for r in rows if int(r["round"]) <= round_done]
+        run again, with the same results. Rows are kept only up to the first damaged one (a line cut
+        short by a full disk or a kill, whatever the fragment). Returns the kept metrics rows."""
+        self.close()  # the metrics file is replaced below: reopen it afterwards
+        kept: list[dict] = []
+        columns: list[str] = []
         if self.metrics_path.exists():
-            self._rewrite(self.metrics_path, kept, list(rows[0].keys()) if rows else [])
+            columns, rows = valid_rows(self.metrics_path, _metrics_row_ok)
+            kept = [r for r in rows if int(r["round"]) <= round_done]
+            self._rewrite(self.metrics_path, kept, columns)
         events = self.path / "events.csv"
         if events.exists():
-            with open(events, newline="") as handle:
-                event_rows = [r for r in csv.DictReader(handle) if int(r["round"]) <= round_done]
-            self._rewrite(events, event_rows, ["round", "time_s", "device", "event"])
+            event_columns, event_rows = valid_rows(events, _event_row_ok)
+            self._rewrite(events, [r for r in event_rows if int(r["round"]) <= round_done],
+                          event_columns or list(EVENT_COLUMNS))
         return kept
 
     @staticmethod
     def _rewrite(path: Path, rows: list[dict], columns: list[str]) -> None:
+        if not columns:  # nothing valid was ever written: start the file afresh
+            path.unlink()
+            return
         tmp = path.with_name(f".{path.name}.tmp")
-        with open(tmp, "w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
+        try:
+            with open(tmp, "w", newline="") as handle:
+                writer = csv.DictWriter(handle, fieldnames=columns)
+                writer.writeheader()
+                writer.writerows(rows)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def read_summary(self) -> dict:
+        try:
+            summary = json.loads((self.path / "summary.json").read_text())
+        except (OSError, ValueError):
+            return {}
+        return summary if isinstance(summary, dict) else {}
 
     def write_summary(self, summary: dict) -> None:
+        """Replace summary.json atomically, never with less than a finished run's summary held."""
+        old = self.read_summary()
+        if old.get("status") == "completed" and int(summary.get("rounds_completed") or 0) < int(
+                old.get("rounds_completed") or 0):
+            raise OutputError(f"{self.path}/summary.json: refusing to replace a finished run's summary "
+                              f"({old.get('rounds_completed')} rounds) with one of {summary.get('rounds_completed')}")
         write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
 
     def close(self) -> None:
@@ -154,6 +239,56 @@ def _cell(value):
     if isinstance(value, float):
         return repr(value)
     return value
+
+
+EVENT_COLUMNS = ("round", "time_s", "device", "event")
+
+
+def _number(text) -> bool:
+    if text is None:
+        return False
+    if text == "":
+        return True
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _metrics_row_ok(row: dict, expected_round: int) -> bool:
+    """A whole metrics row: every column present, the next round, numbers where numbers belong."""
+    if row.get("round") != str(expected_round) or row.get("kind", "x") == "":
+        return False
+    return all(_number(value) for key, value in row.items() if key not in ("kind",) and not _is_text(value))
+
+
+def _is_text(value: str) -> bool:
+    """Algorithm columns may hold words (e.g. a phase name); only a bare fragment is damage."""
+    return value[:1].isalpha() and value not in ("nan", "inf", "-inf")
+
+
+def _event_row_ok(row: dict, _position: int) -> bool:
+    return (row["round"].isdigit() and _number(row["time_s"]) and row["device"].isdigit()
+            and row["event"].isidentifier())
+
+
+def valid_rows(path: Path, row_ok) -> tuple[list[str], list[dict]]:
+    """The header and the rows of a CSV file up to the first damaged one (and a line without its
+    newline is damaged: the process stopped before finishing it)."""
+    with open(path, newline="") as handle:
+        text = handle.read()
+    lines = text.splitlines(keepends=True)
+    if not lines or not lines[0].endswith("\n"):
+        return [], []
+    columns = next(csv.reader([lines[0]]))
+    rows: list[dict] = []
+    for line in lines[1:]:
+        values = next(csv.reader([line]), []) if line.endswith("\n") else []
+        if len(values) != len(columns) or not row_ok(dict(zip(columns, values)), len(rows) + 1):
+            break
+        rows.append(dict(zip(columns, values)))
+    return columns, rows
 
 
 def read_metrics(path: str | Path) -> list[dict]:

@@ -24,8 +24,8 @@ from emulator.system import CohortRequest, build_system
 from emulator.training import evaluate, seeded_generator, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
-                "participants", "dropped", "stragglers", "bytes_down", "bytes_up", "server_compute_s",
-                "train_loss", "train_acc", "test_loss", "test_acc", "wall_time_s")
+                "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
+                "server_compute_s", "train_loss", "train_acc", "test_loss", "test_acc", "wall_time_s")
 
 
 class FederatedServer:
@@ -53,11 +53,25 @@ class FederatedServer:
         self.pool = RunnerPool(runners)
         self.round = 0
         self._events: list[tuple] = []
+        self._ledgers: dict[int, dict] = {}
+        self._keep_participation()
 
     def get_columns(self) -> tuple[str, ...]:
         return BASE_COLUMNS + tuple(self.algorithm.columns)
 
     def run_round(self) -> dict:
+        row = self._play_round()
+        self._keep_participation()
+        return row
+
+    def _keep_participation(self) -> None:
+        """Keep the ledger as it stood after this round (and the one before), so the driver can write
+        participation.csv for the last round it saved even while the next one is in flight."""
+        self._ledgers[self.round] = self.system.ledger.state()
+        for old in [r for r in self._ledgers if r < self.round - 1]:
+            del self._ledgers[old]
+
+    def _play_round(self) -> dict:
         self.round += 1
         seed, r = self.scenario.seed, self.round
         self.server_samples_this_round = 0
@@ -101,6 +115,7 @@ class FederatedServer:
             "sim_time_s": outcome.end_s, "round_duration_s": outcome.duration_s,
             "selected": len(np.unique(outcome.selected)), "participants": len(devices),
             "dropped": len(outcome.dropped), "stragglers": len(outcome.stragglers),
+            "cancelled": len(outcome.cancelled),
             "bytes_down": int(outcome.bytes_down), "bytes_up": int(outcome.bytes_up),
             "server_compute_s": outcome.server_compute_s,
             "train_loss": float(np.mean([s.loss for s in trained])) if trained else None,
@@ -133,6 +148,8 @@ class FederatedServer:
         self.params = np.asarray(state["params"], dtype=np.float32).copy()
         self.algorithm.load_state(state["algorithm"])
         self.system.load_state(state["system"])
+        self._ledgers = {}
+        self._keep_participation()
         return self.round
 
     def preflight(self) -> None:
@@ -162,7 +179,18 @@ class FederatedServer:
 
     def participation(self) -> dict[str, np.ndarray]:
         """Per-device columns for participation.csv: counters, sample counts and the device's profile."""
-        return {"device": np.arange(len(self.sizes)), "samples": self.sizes, **self.system.ledger.state(),
+        return self.participation_after(self.round)
+
+    @ray.method(concurrency_group="report")
+    def participation_after(self, round_index: int) -> dict[str, np.ndarray] | None:
+        """participation.csv's columns as they stood after `round_index` (None if no longer kept).
+
+        Answered at once, even while a round is in flight (its own concurrency group): a stopped run
+        writes the participation of the last round it saved without waiting for the next one."""
+        ledger = self._ledgers.get(round_index)
+        if ledger is None:
+            return None
+        return {"device": np.arange(len(self.sizes)), "samples": self.sizes, **ledger,
                 **self.system.describe_devices()}
 
     def evaluate(self) -> tuple[float, float]:
@@ -174,4 +202,5 @@ class FederatedServer:
         return self.params
 
 
-ServerActor = ray.remote(FederatedServer)
+# Rounds run one at a time; participation_after answers beside them (see there).
+ServerActor = ray.remote(concurrency_groups={"report": 1})(FederatedServer)

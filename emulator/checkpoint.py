@@ -1,0 +1,149 @@
+"""Checkpoints that are never trusted blindly: checksummed, fingerprinted, and kept two deep.
+
+A checkpoint file is one header line of JSON (format, round, payload length, SHA-256 of the payload,
+the scenario's fingerprint) followed by the pickled server state. Loading checks the length and the
+checksum before unpickling, so a truncated, empty or bit-flipped file is refused and never loaded; the
+previous checkpoint is kept beside the current one, and the run falls back to it (or, failing that, to
+round 0: a run is deterministic, so redoing rounds costs time, never results).
+
+The fingerprint covers the fields that change results (everything but `name`, `rounds`, `runtime`,
+`output` and where the data is read from), so resuming after an edit of scenario.yaml is refused
+instead of silently mixing two experiments.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+from dataclasses import dataclass
+from pathlib import Path
+
+FORMAT = "fl-emulator-checkpoint/1"
+CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"
+
+# Fields that say how or where a run executes, not what it computes.
+NOT_RESULTS = ("name", "rounds", "runtime", "output")
+NOT_RESULTS_DATA = ("root", "download")
+
+
+class CheckpointError(ValueError):
+    """A checkpoint file that cannot be trusted (the message says why)."""
+
+
+# -------------------------------------------------------------------------------------- fingerprint
+def results_fields(scenario) -> dict:
+    """The resolved scenario without the fields that cannot change results. Trace files enter by the
+    SHA-256 of their content, not their path, so a run moved to another machine still matches."""
+    fields = scenario.model_dump(mode="json")
+    for key in NOT_RESULTS:
+        fields.pop(key, None)
+    for key in NOT_RESULTS_DATA:
+        fields.get("data", {}).pop(key, None)
+    for entry in fields.get("population", {}).get("availability", []):
+        if entry.get("kind") == "trace" and entry.get("file"):
+            entry["file"] = "sha256:" + _file_digest(Path(entry["file"]))
+    return fields
+
+
+def fingerprint(scenario) -> str:
+    return hashlib.sha256(json.dumps(results_fields(scenario), sort_keys=True).encode()).hexdigest()
+
+
+def differing_fields(recorded: dict, current: dict) -> list[str]:
+    """Dotted paths of the fields that differ between two results_fields dicts."""
+    a, b = _flatten(recorded), _flatten(current)
+    return sorted(key for key in set(a) | set(b) if a.get(key) != b.get(key))
+
+
+def _flatten(tree, prefix: str = "") -> dict:
+    if isinstance(tree, dict):
+        out = {}
+        for key, value in tree.items():
+            out.update(_flatten(value, f"{prefix}{key}."))
+        return out
+    if isinstance(tree, list):
+        out = {}
+        for i, value in enumerate(tree):
+            out.update(_flatten(value, f"{prefix}{i}."))
+        return out if tree else {prefix[:-1]: []}
+    return {prefix[:-1]: tree}
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(path.read_bytes()).hexdigest()
+    except OSError:
+        return f"unreadable:{path}"
+
+
+# ------------------------------------------------------------------------------------ reading, writing
+@dataclass
+class Checkpoint:
+    round: int
+    state: dict
+    fields: dict  # results_fields of the scenario that wrote it
+    fingerprint: str
+    path: Path
+
+
+def write(directory: Path, state: dict, scenario) -> None:
+    """Write the state after round state['round']: the current checkpoint becomes the previous one, and
+    the new one replaces it atomically (a crash at any point leaves at least one whole checkpoint)."""
+    payload = pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+    fields = results_fields(scenario)
+    header = {"format": FORMAT, "round": int(state["round"]), "bytes": len(payload),
+              "sha256": hashlib.sha256(payload).hexdigest(),
+              "fingerprint": hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest(),
+              "fields": fields}
+    tmp = directory / f".{CURRENT}.tmp"
+    try:
+        with open(tmp, "wb") as handle:
+            handle.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+            handle.write(payload)
+            handle.flush()
+            os.fsync(handle.fileno())
+        current = directory / CURRENT
+        if current.exists():
+            os.replace(current, directory / PREVIOUS)
+        os.replace(tmp, current)
+    finally:
+        tmp.unlink(missing_ok=True)
+
+
+def read(path: Path) -> Checkpoint:
+    """Load one checkpoint file, verifying its length and checksum before unpickling anything."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise CheckpointError(f"{path.name}: cannot be read ({exc.strerror})") from None
+    newline = data.find(b"\n")
+    if newline < 0:
+        raise CheckpointError(f"{path.name}: empty or cut short (no header)")
+    try:
+        header = json.loads(data[:newline])
+    except ValueError:
+        raise CheckpointError(f"{path.name}: not a checkpoint of this emulator (damaged header)") from None
+    if not isinstance(header, dict) or header.get("format") != FORMAT:
+        raise CheckpointError(f"{path.name}: not a {FORMAT} file")
+    payload = data[newline + 1:]
+    if len(payload) != header.get("bytes"):
+        raise CheckpointError(f"{path.name}: cut short ({len(payload)} of {header.get('bytes')} bytes)")
+    if hashlib.sha256(payload).hexdigest() != header.get("sha256"):
+        raise CheckpointError(f"{path.name}: checksum mismatch (the file was damaged)")
+    state = pickle.loads(payload)  # verified: exactly the bytes this emulator wrote
+    return Checkpoint(int(header["round"]), state, header["fields"], header["fingerprint"], path)
+
+
+def latest(directory: Path) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint that verifies, and a note for each one that did not."""
+    notes = []
+    for name in (CURRENT, PREVIOUS):
+        path = directory / name
+        if not path.exists():
+            continue
+        try:
+            return read(path), notes
+        except CheckpointError as exc:
+            notes.append(str(exc))
+    return None, notes
