@@ -609,14 +609,35 @@ def dataset_input_shape(dataset: str, synthetic_dimension: int = 60) -> tuple[in
 
 
 # ------------------------------------------------------------------------------------ loading, errors
-def parse_override(text: str) -> tuple[list[str], Any]:
-    """`a.b=value` -> (['a', 'b'], value parsed as a YAML scalar, so 50 is an int and true a bool)."""
+APPEND = "+"  # a path element of parse_override: append an item to the list (spelled `[+]`)
+_PATH_TOKEN = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\.(-?[0-9]+)|\[\s*(-?[0-9]+|\+)\s*\]")
+_PATH_EXAMPLES = "e.g. algorithm.client_lr, population.availability[0].mean_on_s or population.availability[+]"
+
+
+def parse_override(text: str) -> tuple[list[str | int], Any]:
+    """`a.b=value` -> (['a', 'b'], value parsed as YAML, so 50 is an int, true a bool and [1, 2] a list).
+
+    A path element is a key (str), a list index (int; negative counts from the end), spelled `a[0]` or `a.0`,
+    or APPEND, spelled `a[+]`, which adds the value as a new last item of the list."""
     if "=" not in text:
         raise ScenarioError(f"--set {text!r}: expected KEY=VALUE, e.g. --set rounds=50 or --set algorithm.client_lr=0.1")
     key, _, raw = text.partition("=")
-    path = [part for part in key.strip().split(".")]
-    if not all(re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part) for part in path):
-        raise ScenarioError(f"--set {text!r}: {key!r} is not a dotted field path such as algorithm.client_lr")
+    key = key.strip()
+    first = re.match(r"[A-Za-z_][A-Za-z0-9_]*", key)
+    if first is None:
+        raise ScenarioError(f"--set {text!r}: {key!r} is not a field path: it must start with a field name, "
+                            f"{_PATH_EXAMPLES}")
+    path: list[str | int] = [first.group()]
+    at = first.end()
+    while at < len(key):
+        token = _PATH_TOKEN.match(key, at)
+        if token is None:
+            raise ScenarioError(f"--set {text!r}: {key!r} is not a field path: after {key[:at]!r} expected "
+                                f".FIELD, [INDEX] or [+] (to append), not {key[at:]!r}; {_PATH_EXAMPLES}")
+        name, dotted, bracket = token.groups()
+        index = dotted if dotted is not None else bracket
+        path.append(name if name is not None else APPEND if index == "+" else int(index))
+        at = token.end()
     try:
         value = yaml.safe_load(raw) if raw.strip() else None
     except yaml.YAMLError as exc:
@@ -624,24 +645,104 @@ def parse_override(text: str) -> tuple[list[str], Any]:
     return path, value
 
 
+def _format_path(path: list[str | int]) -> str:
+    """The YAML path as written on the command line: population.availability[0].mean_on_s."""
+    out = ""
+    for part in path:
+        if part == APPEND:
+            out += "[+]"
+        elif isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out += f".{part}" if out else part
+    return out
+
+
 def apply_overrides(raw: dict, overrides: list[str]) -> dict:
-    """Set each `a.b=value` in a copy of the raw YAML mapping, creating missing levels."""
+    """Set each `a.b=value` in a copy of the raw YAML mapping, creating missing sections; list items are
+    reached by index (`a[0].b=value`, `a[-1]`) and added with `a[+]=value` (see parse_override).
+
+    Indexing or appending to a list the file does not set is an error that shows the default and asks for
+    the whole list (see _absent_list)."""
     import copy
 
     data = copy.deepcopy(raw)
     for text in overrides:
         path, value = parse_override(text)
-        node = data
-        for i, part in enumerate(path[:-1]):
-            child = node.get(part)
-            if child is None or isinstance(child, str) and part == "model":
-                child = {} if child is None else {"name": child}
-                node[part] = child
-            if not isinstance(child, dict):
-                raise ScenarioError(f"--set {text!r}: {'.'.join(path[:i + 1])} is a value, not a section")
-            node = child
-        node[path[-1]] = value
+        node: Any = data
+        for i, part in enumerate(path):
+            here, last = _format_path(path[:i]), i == len(path) - 1
+            if isinstance(part, str) and part != APPEND:
+                if isinstance(node, list):
+                    raise ScenarioError(f"--set {text!r}: {here} is a list of {_items(node)}, not a section; pick "
+                                        f"an item, e.g. {here}[0].{part}, or append one with {here}[+]=VALUE")
+                if last:
+                    node[part] = value
+                    break
+                child = node.get(part)
+                if isinstance(path[i + 1], int) or path[i + 1] == APPEND:
+                    if child is None:
+                        raise _absent_list(text, path[:i + 1], path[i + 1])
+                elif child is None or isinstance(child, str) and part == "model":
+                    child = {} if child is None else {"name": child}
+                    node[part] = child
+                if not isinstance(child, (dict, list)):
+                    raise _not_a_container(text, path[:i + 1], child)
+                node = child
+                continue
+            if not isinstance(node, list):  # a section: values are stopped above
+                raise ScenarioError(f"--set {text!r}: {here} is a section, not a list, so it has no item "
+                                    f"{_format_path([part])}; use {here}.FIELD")
+            if part == APPEND:
+                if last:
+                    node.append(value)
+                    break
+                node.append({} if isinstance(path[i + 1], str) else [])
+                node = node[-1]
+                continue
+            if not -len(node) <= part < len(node):
+                n = len(node)
+                valid = ("no index is valid" if n == 0 else "valid indices are 0 and -1" if n == 1 else
+                         f"valid indices are 0 to {n - 1}, or -{n} to -1 counting from the end")
+                raise ScenarioError(f"--set {text!r}: {_format_path(path[:i + 1])}: index out of range; {here} "
+                                    f"has {_items(node)}, so {valid}; add an item with {here}[+]=VALUE")
+            if last:
+                node[part] = value
+                break
+            if not isinstance(node[part], (dict, list)):
+                raise _not_a_container(text, path[:i + 1], node[part])
+            node = node[part]
     return data
+
+
+def _items(items: list) -> str:
+    return f"{len(items)} item{'' if len(items) == 1 else 's'}"
+
+
+def _not_a_container(text: str, path: list[str | int], value: Any) -> ScenarioError:
+    where = _format_path(path)
+    return ScenarioError(f"--set {text!r}: {where} is a value ({value!r}), not a section or a list; set it "
+                         f"whole with --set {where}=VALUE")
+
+
+def _absent_list(text: str, path: list[str | int], item: int | str) -> ScenarioError:
+    """An index or [+] under a field the file does not set. Filling in the schema's default list there would
+    change it unseen (appending to [{kind: always}] keeps an item the user never wrote), so ask for the list."""
+    where = _format_path(path)
+    model = _walk(list(path))[0] if all(isinstance(p, str) for p in path) else None
+    field = model.model_fields.get(path[-1]) if model is not None else None
+    if model is not None and field is None:
+        return ScenarioError(f"--set {text!r}: {where}: unknown key; allowed here: {', '.join(model.model_fields)}")
+    if field is not None and typing.get_origin(_strip_annotated(field.annotation)) is not list:
+        return ScenarioError(f"--set {text!r}: {where} is not a list, so it has no item {_format_path([item])}; "
+                             f"use {where}.FIELD or {where}=VALUE")
+    default = ""
+    if field is not None and not field.is_required():
+        items = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d
+                 for d in field.get_default(call_default_factory=True) or []]
+        default = f" (its default is {yaml.safe_dump(items, default_flow_style=True, width=10 ** 6).strip()})"
+    return ScenarioError(f"--set {text!r}: {where} is not set in the scenario file, so it has no items to change "
+                         f"or append to; set the whole list instead: --set '{where}=[...]'{default}")
 
 
 def read_yaml(path: str | Path) -> dict:

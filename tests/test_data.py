@@ -16,8 +16,9 @@ from emulator.data.partition import (partition, partition_classes, partition_dir
 from emulator.data.server_set import carve_server_set
 from emulator.data.synthetic import generate_synthetic
 from emulator.data.vision import read_idx
-from emulator.scenario import DataConfig, ScenarioError, ServerSetConfig, SyntheticConfig
+from emulator.scenario import DataConfig, ScenarioError, ServerSetConfig, SyntheticConfig, load_scenario
 
+ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
@@ -67,15 +68,74 @@ def test_dirichlet_label_skew_grows_as_alpha_falls(balanced):
     assert skew[2] > 0.5
 
 
-def test_dirichlet_unbalanced_sizes_vary_respect_min_samples_and_report_failure():
+def label_entropy(y: np.ndarray, parts: list[np.ndarray], classes: int) -> float:
+    """Mean entropy (nats) of the devices' label distributions: 0 when every device holds one class."""
+    out = []
+    for p in parts:
+        q = np.bincount(y[p], minlength=classes) / len(p)
+        q = q[q > 0]
+        out.append(float(-(q * np.log(q)).sum()))
+    return float(np.mean(out))
+
+
+def test_dirichlet_unbalanced_sizes_vary_respect_min_samples_and_refuse_only_the_impossible():
     y = labels_of(200)
     parts = partition_dirichlet(y, 10, 20, 0.5, False, 30, np.random.default_rng(2))
     sizes = np.array([len(p) for p in parts])
     assert sizes.min() >= 30 and sizes.std() > 0.2 * sizes.mean()
-    with pytest.raises(ValueError, match="data.partition.min_samples"):
-        partition_dirichlet(y, 10, 20, 0.01, False, 99, np.random.default_rng(2))  # possible, but never drawn
-    with pytest.raises(ValueError, match="data.partition.min_samples"):
-        partition_dirichlet(y, 10, 20, 1.0, False, 101, np.random.default_rng(2))  # impossible
+    tight = partition_dirichlet(y, 10, 20, 0.01, False, 99, np.random.default_rng(2))  # no draw gives this
+    assert_disjoint(tight, len(y))
+    assert min(len(p) for p in tight) >= 99
+    exact = partition_dirichlet(y, 10, 20, 0.01, False, 100, np.random.default_rng(2))  # 20 x 100 = all 2000
+    assert sorted(len(p) for p in exact) == [100] * 20 and len(np.unique(np.concatenate(exact))) == 2000
+    with pytest.raises(ValueError, match=r"data.partition.min_samples: 20 devices x 101 samples each need 2020 "
+                                         r"samples, but the training pool holds 2000; set "
+                                         r"data.partition.min_samples to at most 100, or lower population.devices "
+                                         r"to at most 19"):
+        partition_dirichlet(y, 10, 20, 1.0, False, 101, np.random.default_rng(2))
+    with pytest.raises(ValueError, match="data.partition.min_samples: 20 devices x 101"):
+        partition_dirichlet(y, 10, 20, 1.0, True, 101, np.random.default_rng(2))  # balanced cannot give it either
+
+
+def quickstart_labels() -> np.ndarray:
+    """The quickstart's training labels: synthetic_iid over 1000 devices, seed 0 (74754 samples)."""
+    train, _, _ = generate_synthetic(SyntheticConfig(iid=True), 1000, np.random.default_rng(0))
+    return train.y
+
+
+@pytest.mark.parametrize("min_samples", [1, 10])
+def test_dirichlet_unbalanced_meets_min_samples_at_small_alpha_and_keeps_the_skew(min_samples):
+    # At alpha 0.1 a Dir(alpha) split of each class over 1000 devices leaves ~2% of them empty in every draw,
+    # so redrawing never succeeds; the short devices are topped up from the largest holders instead.
+    y = quickstart_labels()
+    entropy = {}
+    for alpha in (0.01, 0.05, 0.1, 100.0):
+        parts = partition_dirichlet(y, 10, 1000, alpha, False, min_samples, np.random.default_rng(5))
+        assert len(parts) == 1000
+        assert_disjoint(parts, len(y))
+        assert min(len(p) for p in parts) >= min_samples
+        assert sum(len(p) for p in parts) == len(y)  # every sample is used, none twice
+        again = partition_dirichlet(y, 10, 1000, alpha, False, min_samples, np.random.default_rng(5))
+        assert all(np.array_equal(a, b) for a, b in zip(parts, again))  # a function of the rng
+        entropy[alpha] = label_entropy(y, parts, 10)
+    # The top-up hands a short device samples of one class, so the skew is that of a plain draw (whose
+    # non-empty devices have entropy 0.68 at alpha 0.1 here) or stronger.
+    assert entropy[0.01] < entropy[0.05] < entropy[0.1] < 0.5 * entropy[100.0], entropy
+    assert entropy[0.01] < 0.15 and entropy[100.0] > 1.35, entropy
+
+
+def test_dirichlet_unbalanced_keeps_the_draw_when_it_already_meets_min_samples():
+    # Only short draws are changed: where redrawing succeeds, the split is the plain Dirichlet split (so runs
+    # of existing scenarios are unchanged); every device's size is then one class-wise Dirichlet share.
+    y = labels_of(200)
+    parts = partition_dirichlet(y, 10, 20, 1.0, False, 1, np.random.default_rng(0))
+    rng = np.random.default_rng(0)
+    rng.random(len(y))  # consumed by the random tie-breaking within each class
+    shares = [rng.dirichlet(np.ones(20)) for _ in range(10)]
+    for c, p in enumerate(shares):
+        cuts = (np.cumsum(p) * 200).astype(np.int64)[:-1]
+        expected = np.diff(cuts, prepend=0, append=200)
+        assert [np.count_nonzero(y[part] == c) for part in parts] == list(expected)
 
 
 @pytest.mark.parametrize("devices,per_client", [(10, 1), (10, 2), (15, 3), (7, 10), (30, 5)])
@@ -383,6 +443,19 @@ def test_build_federation_natural_synthetic_and_vision(tmp_path):
                               build_federation(no_server, 10, 1).device_indices)
 
 
+@pytest.mark.parametrize("alpha", ["0.01", "0.05", "0.1"])
+def test_quickstart_with_strong_label_skew_builds(alpha):
+    # The README's `emulator run scenarios/quickstart.yaml --set rounds=100 --set data.partition.alpha=0.1`.
+    scenario = load_scenario(ROOT / "scenarios" / "quickstart.yaml",
+                             ["rounds=100", f"data.partition.alpha={alpha}"])
+    assert scenario.data.partition.min_samples == 1 and not scenario.data.partition.balanced
+    fed = build_federation(scenario.data, scenario.population.devices, scenario.seed)
+    assert fed.num_devices == 1000 and fed.sizes.min() >= 1 and fed.sizes.sum() == len(fed.train)
+    assert len(np.unique(fed.device_indices)) == len(fed.device_indices)
+    parts = np.split(fed.device_indices, np.cumsum(fed.sizes)[:-1])
+    assert label_entropy(fed.train.y, parts, 10) < 0.8  # 0.63 at alpha 0.1; 1.43 at alpha 100
+
+
 def test_build_federation_turns_impossible_requests_into_scenario_errors():
     with pytest.raises(ScenarioError, match="data.partition.classes_per_client: 12 exceeds"):
         build_federation(synthetic_data(partition={"scheme": "classes", "classes_per_client": 12}), 10, 0)
@@ -390,3 +463,6 @@ def test_build_federation_turns_impossible_requests_into_scenario_errors():
         build_federation(synthetic_data(partition={"scheme": "shards", "shards_per_client": 10 ** 6}), 10, 0)
     with pytest.raises(ScenarioError, match="data.server_set.size"):
         build_federation(synthetic_data(server_set={"size": 10 ** 6}), 10, 0)
+    with pytest.raises(ScenarioError, match="data.partition.min_samples: 10 devices x 10000 samples each need"):
+        build_federation(synthetic_data(partition={"scheme": "dirichlet", "alpha": 0.1, "min_samples": 10 ** 4}),
+                         10, 0)

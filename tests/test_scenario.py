@@ -116,6 +116,83 @@ def test_overrides_set_nested_fields_with_yaml_types(tmp_path):
         apply_overrides({"rounds": 3}, ["rounds.x=1"])
 
 
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"  # availability: [{kind: markov, mean_on_s: 3600, ...}]
+
+
+def validated(capsys, *sets: str) -> dict:
+    """`emulator validate quickstart.yaml --set ...`: the resolved scenario it prints."""
+    assert main(["validate", str(QUICKSTART), *[arg for s in sets for arg in ("--set", s)]]) == 0
+    return yaml.safe_load(capsys.readouterr().out)
+
+
+def rejected(capsys, path: Path, *sets: str) -> str:
+    """The message `emulator validate PATH --set ...` exits 2 with."""
+    assert main(["validate", str(path), *[arg for s in sets for arg in ("--set", s)]]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+@pytest.mark.parametrize("key", ["population.availability[0].mean_on_s", "population.availability.0.mean_on_s",
+                                 "population.availability[-1].mean_on_s", "population.availability.-1.mean_on_s"])
+def test_overrides_reach_list_items_by_index(capsys, key):
+    availability = validated(capsys, f"{key}=7200")["population"]["availability"]
+    assert availability == [{"kind": "markov", "share": 1.0, "mean_on_s": 7200.0, "mean_off_s": 10800.0}]
+
+
+def test_overrides_append_to_and_replace_lists(capsys):
+    availability = validated(capsys, "population.availability[0].share=0.5",
+                             "population.availability[+]={kind: always, share: 0.5}")["population"]["availability"]
+    assert [a["kind"] for a in availability] == ["markov", "always"] and [a["share"] for a in availability] == [0.5] * 2
+    replaced = validated(capsys, "population.availability=[{kind: always}]")["population"]["availability"]
+    assert replaced == [{"kind": "always", "share": 1.0}]
+    scenario = load_scenario(QUICKSTART, ["population.availability[+]={kind: never, share: 0.25}",
+                                          "population.availability[0].share=0.75",
+                                          "population.availability[-1].share=0.25",
+                                          "population.availability[+]={kind: diurnal, share: 0.5}",
+                                          "population.availability[0].share=0.25",
+                                          "population.availability[2].timezones.offsets_h=[-5, 1]",
+                                          "population.availability[2].timezones.offsets_h[-1]=8"])
+    kinds = [(a.kind, a.share) for a in scenario.population.availability]
+    assert kinds == [("markov", 0.25), ("never", 0.25), ("diurnal", 0.5)]
+    assert scenario.population.availability[2].timezones.offsets_h == [-5.0, 8.0]
+
+
+def test_list_override_errors_name_the_key_and_the_fix(tmp_path, capsys):
+    err = rejected(capsys, QUICKSTART, "population.availability[1].mean_on_s=7200")
+    assert ("population.availability[1]: index out of range; population.availability has 1 item, so valid "
+            "indices are 0 and -1; add an item with population.availability[+]=VALUE") in err
+    two = ["population.availability[0].share=0.5", "population.availability[+]={kind: always, share: 0.5}"]
+    err = rejected(capsys, QUICKSTART, *two, "population.availability[-3].share=1")
+    assert "has 2 items, so valid indices are 0 to 1, or -2 to -1 counting from the end" in err
+    err = rejected(capsys, QUICKSTART, "population.availability.mean_on_s=7200")
+    assert ("population.availability is a list of 1 item, not a section; pick an item, e.g. "
+            "population.availability[0].mean_on_s") in err
+    err = rejected(capsys, QUICKSTART, "population.compute[0].sigma=1")
+    assert "population.compute is a section, not a list, so it has no item [0]; use population.compute.FIELD" in err
+    err = rejected(capsys, QUICKSTART, "rounds[0]=5")
+    assert "rounds is a value (60), not a section or a list; set it whole with --set rounds=VALUE" in err
+    for key, bad in [("population.availability[x].share", "'[x].share'"), ("population.availability[]", "'[]'"),
+                     ("population..devices", "'..devices'"), ("population.availability[0]share", "'share'")]:
+        err = rejected(capsys, QUICKSTART, f"{key}=1")
+        assert f"{key!r} is not a field path" in err and f"expected .FIELD, [INDEX] or [+] (to append), not {bad}" in err
+    assert "must start with a field name" in rejected(capsys, QUICKSTART, "[0].share=1")
+
+
+def test_indexing_a_list_the_file_leaves_to_its_default_asks_for_the_whole_list(tmp_path, capsys):
+    minimal = write(tmp_path, "name: x\nrounds: 3\n")  # availability defaults to [{kind: always}]
+    for key in ("population.availability[0].share=1", "population.availability[+]={kind: never, share: 0.1}"):
+        err = rejected(capsys, minimal, key)
+        assert ("population.availability is not set in the scenario file, so it has no items to change or append "
+                "to; set the whole list instead: --set 'population.availability=[...]' (its default is "
+                "[{kind: always, share: 1.0}])") in err
+    assert "population.compute is not a list" in rejected(capsys, minimal, "population.compute[0]=1")
+    assert "nosuch: unknown key; allowed here: name, seed" in rejected(capsys, minimal, "nosuch[0]=1")
+    whole = load_scenario(minimal, ["population.availability=[{kind: always, share: 0.5}]",
+                                    "population.availability[+]={kind: never, share: 0.5}"])
+    assert [a.kind for a in whole.population.availability] == ["always", "never"]
+
+
 def test_resolved_scenario_round_trips(tmp_path):
     scenario = load_scenario(ROOT / "scenarios" / "quickstart.yaml")
     again = validate_scenario(yaml.safe_load(yaml.safe_dump(scenario.model_dump(mode="json"))))

@@ -11,6 +11,7 @@ import numpy as np
 from emulator.scenario import ClassesPartition, DirichletPartition, IidPartition, ShardsPartition
 
 MAX_DIRICHLET_ATTEMPTS = 100
+REDRAW_MAX_SHORT = 20  # a draw leaving more devices below min_samples is topped up, not redrawn
 
 
 def _group(indices: np.ndarray, owners: np.ndarray, devices: int, rng: np.random.Generator) -> list[np.ndarray]:
@@ -64,32 +65,87 @@ def partition_dirichlet(labels: np.ndarray, num_classes: int, devices: int, alph
     """Label skew controlled by alpha (smaller, stronger).
 
     Unbalanced (Hsu et al. / FedLab style): each class is split across the devices by a Dir(alpha) draw, so
-    device sizes vary too; redrawn until every device holds at least min_samples.
+    device sizes vary too. A draw that leaves a few devices below min_samples is redrawn (at most
+    MAX_DIRICHLET_ATTEMPTS times), which keeps the Dirichlet law conditioned on the minimum. At small alpha
+    many devices fall short in every draw (alpha 0.1 over 1000 devices leaves about 2% of them empty), so a
+    draw that leaves more than REDRAW_MAX_SHORT devices short, or the last one, is topped up instead: each
+    short device gets what it lacks from its own most likely class, taken from the devices that hold the most
+    of it (see _top_up), and the label skew stays.
     Balanced (FAST): every device gets floor(n / devices) samples with its own class mix ~ Dir(alpha), drawn
     without replacement; when a class runs out the device's remaining draws go to classes that still have data.
     """
     labels = _labels(labels, num_classes)
     n = len(labels)
+    _check_devices(n, devices)
+    if devices * min_samples > n:
+        raise ValueError(f"data.partition.min_samples: {devices} devices x {min_samples} samples each need "
+                         f"{devices * min_samples} samples, but the training pool holds {n}; set "
+                         f"data.partition.min_samples to at most {n // devices}, or lower population.devices to "
+                         f"at most {n // min_samples}")
     if balanced:
         return _dirichlet_balanced(labels, num_classes, devices, alpha, rng)
-    if devices * min_samples > n:
-        raise ValueError(f"data.partition.min_samples: {devices} devices x {min_samples} samples each exceed the "
-                         f"{n} training samples; lower min_samples or population.devices")
-    _check_devices(n, devices)
     pools = _class_pools(labels, num_classes, rng)
     for _ in range(MAX_DIRICHLET_ATTEMPTS):
-        owners = []
-        for pool in pools:
-            cuts = (np.cumsum(_dirichlet(alpha, devices, rng)) * len(pool)).astype(np.int64)[:-1]
-            owners.append(np.searchsorted(cuts, np.arange(len(pool)), side="right"))
-        owner = np.concatenate(owners) if owners else np.zeros(0, np.int64)
-        if np.bincount(owner, minlength=devices).min() >= min_samples:
-            return _group(np.concatenate(pools), owner, devices, rng)
-    raise ValueError(
-        f"data.partition.min_samples: no Dirichlet(alpha={alpha}) split of {n} samples over {devices} devices "
-        f"gave every device at least {min_samples} samples in {MAX_DIRICHLET_ATTEMPTS} attempts; raise "
-        "data.partition.alpha, lower data.partition.min_samples or population.devices, or set "
-        "data.partition.balanced: true")
+        counts = np.zeros((devices, num_classes), dtype=np.int64)
+        favourite = np.zeros(devices, dtype=np.int64)  # the class each device expects most samples of
+        most = np.full(devices, -1.0)
+        for c, pool in enumerate(pools):
+            p = _dirichlet(alpha, devices, rng)
+            cuts = np.minimum((np.cumsum(p) * len(pool)).astype(np.int64)[:-1], len(pool))
+            counts[:, c] = np.diff(cuts, prepend=0, append=len(pool))
+            expected = p * len(pool)
+            better = expected > most
+            favourite[better], most[better] = c, expected[better]
+        short = np.count_nonzero(counts.sum(axis=1) < min_samples)
+        if short == 0 or short > REDRAW_MAX_SHORT:
+            break
+    if short:
+        _top_up(counts, favourite, min_samples)
+    return _assemble(pools, counts, rng)
+
+
+def _top_up(counts: np.ndarray, favourite: np.ndarray, min_samples: int) -> None:
+    """Raise every device to min_samples in place, moving samples within a class from the devices that hold
+    the most of it and never taking a donor below min_samples.
+
+    A short device first takes what it lacks from its favourite class (the one its Dirichlet draw gave the
+    largest share), so a device that drew nothing ends up with a single class, as strong a skew as a draw
+    gives; what that class cannot supply comes from any class with room. Possible whenever
+    devices * min_samples <= the number of samples: the donors' surplus covers the shortfall.
+    """
+    totals = counts.sum(axis=1)
+    need = np.maximum(min_samples - totals, 0)
+    for c in range(counts.shape[1]):  # pass 1: each short device's favourite class
+        need = _move(counts, totals, need, favourite == c, c, min_samples)
+    for c in np.argsort(-counts.sum(axis=0), kind="stable"):  # pass 2: what is still missing, from any class
+        if not need.any():
+            break
+        need = _move(counts, totals, need, np.ones(len(need), dtype=bool), c, min_samples)
+    assert not need.any(), "the donors' surplus covers the shortfall when devices * min_samples <= n"
+
+
+def _move(counts: np.ndarray, totals: np.ndarray, need: np.ndarray, wanting: np.ndarray, c: int,
+          min_samples: int) -> np.ndarray:
+    """Move class-c samples to the devices in `wanting` with need > 0, from the largest holders of class c down
+    (each giving at most what keeps it at min_samples); returns the need left."""
+    takers = np.flatnonzero(wanting & (need > 0))
+    wanted = need[takers].sum()
+    if wanted == 0:
+        return need
+    room = np.minimum(counts[:, c], np.maximum(totals - min_samples, 0))
+    donors = np.argsort(-counts[:, c], kind="stable")
+    donors = donors[room[donors] > 0]
+    given_before = np.cumsum(room[donors]) - room[donors]
+    give = np.clip(wanted - given_before, 0, room[donors])
+    got_before = np.cumsum(need[takers]) - need[takers]
+    get = np.clip(give.sum() - got_before, 0, need[takers])
+    counts[donors, c] -= give
+    totals[donors] -= give
+    counts[takers, c] += get
+    totals[takers] += get
+    need = need.copy()
+    need[takers] -= get
+    return need
 
 
 def _dirichlet_balanced(labels: np.ndarray, num_classes: int, devices: int, alpha: float,
