@@ -533,6 +533,7 @@ class EvaluationConfig(Strict):
 class OutputConfig(Strict):
     dir: str = "runs"
     checkpoint_every: int = Field(10, ge=0)  # rounds between checkpoints (0: only at the end)
+    tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tensorboard/, one step per round
 
 
 class Scenario(Strict):
