@@ -21,23 +21,27 @@ def compute_seconds(samples, s_per_sample, jitter=1.0):
 
 
 class ParticipationLedger:
-    """Per-device counters: how often each device was selected, reported in time, dropped, straggled.
+    """Per-device counters: how often each device was selected, reported in time, dropped, straggled (still
+    working when the deadline passed) and was cancelled (still working when the round closed because enough
+    reports had arrived).
 
-    Four int32 arrays: 16 bytes a device, so 10^6 devices cost 16 MB."""
+    Five int32 arrays: 20 bytes a device, so 10^6 devices cost 20 MB."""
 
-    fields = ("selected", "reported", "dropped", "straggled")
+    fields = ("selected", "reported", "dropped", "straggled", "cancelled")
 
     def __init__(self, num_devices: int):
         self.counts = {name: np.zeros(num_devices, dtype=np.int32) for name in self.fields}
 
-    def record(self, selected: np.ndarray, reported: np.ndarray, dropped: np.ndarray, straggled: np.ndarray) -> None:
+    def record(self, selected: np.ndarray, reported: np.ndarray, dropped: np.ndarray, straggled: np.ndarray,
+               cancelled: np.ndarray = ()) -> None:
         """Add one round; each array lists distinct device ids."""
-        for name, ids in zip(self.fields, (selected, reported, dropped, straggled)):
+        for name, ids in zip(self.fields, (selected, reported, dropped, straggled, cancelled)):
             np.add.at(self.counts[name], np.asarray(ids, dtype=np.int64), 1)
 
     def state(self) -> dict[str, np.ndarray]:
         return {name: array.copy() for name, array in self.counts.items()}
 
     def load(self, state: dict[str, np.ndarray]) -> None:
+        """Restore the counters; a counter missing from an older checkpoint (`cancelled`) restarts at zero."""
         for name in self.fields:
-            self.counts[name][:] = state[name]
+            self.counts[name][:] = state[name] if name in state else 0

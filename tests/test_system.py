@@ -1,9 +1,11 @@
 """The simulated world: availability statistics, dropout, stragglers, deadlines, over-selection, accounting."""
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+from conftest import small_scenario
 from emulator.algorithms.selection import Uniform
 from emulator.scenario import ScenarioError, validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
@@ -176,18 +178,23 @@ def test_slow_devices_under_a_tight_deadline_never_report():
     slow = system.profiles.compute_tier == 1
     counts = system.ledger.counts
     assert counts["reported"][slow].sum() == 0
-    assert counts["selected"][slow].sum() > 100 and counts["straggled"][slow].sum() == counts["selected"][slow].sum()
+    # a slow device is a straggler when its round closed at the deadline, cancelled when the fast ones
+    # reached the target first
+    assert counts["selected"][slow].sum() > 100
+    assert counts["straggled"][slow].sum() + counts["cancelled"][slow].sum() == counts["selected"][slow].sum()
     assert counts["reported"][~slow].sum() > 0
     # participation is incomplete: rounds close at the deadline or the target, short of the slow half
     assert all(o.duration_s <= 300.0 + 1e-9 for o in outcomes)
     assert sum(len(o.stragglers) for o in outcomes) > 0
+    at_deadline = [o for o in outcomes if len(o.stragglers)]
+    assert all(o.duration_s == pytest.approx(300.0) and len(o.cancelled) == 0 for o in at_deadline)
 
 
 def test_over_selection_keeps_exactly_the_target():
     system = world(devices=500, over_selection=1.5)
     for outcome in run_rounds(system, 10, target=10):
-        assert len(outcome.selected) == 15 and len(outcome.reported) == 10 and len(outcome.stragglers) == 5
-        assert not outcome.failed
+        assert len(outcome.selected) == 15 and len(outcome.reported) == 10 and len(outcome.cancelled) == 5
+        assert len(outcome.stragglers) == 0 and not outcome.failed
 
 
 def test_too_few_reports_fail_the_round():
@@ -196,6 +203,142 @@ def test_too_few_reports_fail_the_round():
     outcome = system.client_round(request(1, target=10))
     assert outcome.failed and len(outcome.reported) == 0
     assert outcome.duration_s == pytest.approx(600.0)  # it waited for check-ins, then gave up
+
+
+# ------------------------------------------------------------------------ stragglers vs cancelled
+def discarded(system, outcomes):
+    """(outcomes, ledger, events) counts of stragglers and of cancelled devices: the three must agree."""
+    events = Counter(e for o in outcomes for _, _, e in o.events)
+    counts = system.ledger.counts
+    return ((sum(len(o.stragglers) for o in outcomes), int(counts["straggled"].sum()), events["straggler"]),
+            (sum(len(o.cancelled) for o in outcomes), int(counts["cancelled"].sum()), events["cancelled"]))
+
+
+def assert_each_selected_device_has_one_fate(outcome):
+    fates = [outcome.reported, outcome.dropped, outcome.stragglers, outcome.cancelled]
+    together = np.concatenate([np.unique(f) for f in fates])
+    assert len(together) == len(np.unique(together))  # no device in two of them
+    assert set(together.tolist()) == set(np.unique(outcome.selected).tolist())
+
+
+def test_over_selected_devices_still_working_when_the_target_arrives_are_cancelled_not_stragglers():
+    system = world(devices=500, over_selection=1.5, events=True)  # no deadline: every round closes on the target
+    outcomes = run_rounds(system, 10, target=10)
+    stragglers, cancelled = discarded(system, outcomes)
+    assert stragglers == (0, 0, 0)
+    assert cancelled == (50, 50, 50)  # 15 selected, 10 report, 5 a round are no longer needed
+    for outcome in outcomes:
+        assert_each_selected_device_has_one_fate(outcome)
+        assert {t for t, _, e in outcome.events if e == "cancelled"} == {outcome.end_s}
+
+
+def test_devices_missing_a_tight_deadline_are_stragglers_not_cancelled():
+    system = world(devices=400, compute={"tiers": [{"share": 0.5, "s_per_sample": 0.01, "name": "fast"},
+                                                   {"share": 0.5, "s_per_sample": 1.0, "name": "slow"}]},
+                   deadline_s=300.0, over_selection=1.0, min_report_fraction=0.1, events=True)
+    outcomes = run_rounds(system, 10, target=20, samples=1000)  # fast: ~10 s of compute, slow: 1000 s
+    stragglers, cancelled = discarded(system, outcomes)
+    assert stragglers[0] > 0 and stragglers == (stragglers[0],) * 3
+    assert cancelled == (0, 0, 0)
+    slow = system.profiles.compute_tier == 1
+    assert system.ledger.counts["straggled"][slow].sum() == system.ledger.counts["selected"][slow].sum()
+    for outcome in outcomes:
+        assert outcome.duration_s == pytest.approx(300.0) and not outcome.failed
+        assert_each_selected_device_has_one_fate(outcome)
+
+
+def three_speeds(**system):
+    """Three devices reporting about 8, 10 and 16 s after selection (see the hand computation below)."""
+    return world(devices=3, compute={"tiers": [{"share": 1 / 3, "s_per_sample": 0.01},
+                                               {"share": 1 / 3, "s_per_sample": 0.02},
+                                               {"share": 1 / 3, "s_per_sample": 0.05}]},
+                 network={"tiers": [{"share": 1.0, "down_mbps": 8.0, "up_mbps": 2.0, "latency_s": 0.5}]},
+                 events=True, **system)
+
+
+@pytest.mark.parametrize("target, over, deadline, fraction, reports, stragglers, cancelled, failed", [
+    (3, 1.0, None, 0.8, 3, 0, 0, False),  # every device finished: nothing discarded
+    (2, 1.5, None, 0.8, 2, 0, 1, False),  # closed on the target before the slowest finished
+    (2, 1.5, 12.0, 0.8, 2, 0, 1, False),  # ... which would have missed the deadline anyway: still cancelled
+    (2, 1.5, "second", 0.8, 2, 0, 1, False),  # the target arrives at the deadline's very instant: cancelled
+    (3, 1.0, 12.0, 0.5, 2, 1, 0, False),  # closed at the deadline short of the target: a straggler
+    (3, 1.0, 9.0, 0.8, 1, 2, 0, True),  # a failed round: whoever is still working is a straggler
+])
+def test_why_the_round_closed_decides_straggler_or_cancelled(target, over, deadline, fraction, reports, stragglers,
+                                                             cancelled, failed):
+    probe = three_speeds(over_selection=1.0).client_round(request(1, target=3, samples=200))
+    arrivals = sorted(t for t, _, e in probe.events if e == "reported")
+    assert arrivals == pytest.approx([8.0, 10.0, 16.0])
+    if deadline == "second":
+        deadline = arrivals[1]  # exactly, bit for bit: the second report and the deadline are simultaneous
+    system = three_speeds(over_selection=over, deadline_s=deadline, min_report_fraction=fraction)
+    outcome = system.client_round(request(1, target=target, samples=200))
+    assert sorted(t for t, _, e in outcome.events if e == "reported") == arrivals[:reports]
+    closes = arrivals[reports - 1] if deadline is None or reports == target else deadline
+    assert outcome.end_s == closes and outcome.failed == failed
+    assert (len(outcome.stragglers), len(outcome.cancelled)) == (stragglers, cancelled)
+    assert discarded(system, [outcome]) == ((stragglers,) * 3, (cancelled,) * 3)
+    assert len(outcome.reported) == (0 if failed else reports)
+
+
+def test_snapshot_devices_that_never_check_in_are_cancelled_at_the_target_and_stragglers_short_of_it():
+    mix = [{"kind": "never", "share": 0.5}, {"kind": "always", "share": 0.5}]
+    reached = world(devices=200, availability=mix, over_selection=3.0, events=True)
+    outcome = reached.client_round(request(1, target=10, snapshot=True))
+    never = reached.availability.kind_of(outcome.cancelled) == "never"
+    assert len(outcome.reported) == 10 and len(outcome.stragglers) == 0 and never.any()
+    assert discarded(reached, [outcome])[1] == (len(outcome.cancelled),) * 3
+
+    short = world(devices=200, availability=mix, over_selection=1.0, min_report_fraction=0.1, events=True)
+    outcome = short.client_round(request(1, target=10, snapshot=True))
+    # no deadline: the round closes once every device that can report has, and the rest never will
+    assert 0 < len(outcome.reported) < 10 and len(outcome.cancelled) == 0
+    assert (short.availability.kind_of(outcome.stragglers) == "never").all() and len(outcome.stragglers) > 0
+    assert discarded(short, [outcome])[0] == (len(outcome.stragglers),) * 3
+    assert_each_selected_device_has_one_fate(outcome)
+
+
+def test_ledger_checkpoints_cancelled_and_an_older_checkpoint_without_it_loads_as_zeros():
+    system = world(devices=50, over_selection=2.0)
+    run_rounds(system, 3, target=5)
+    state = system.state()
+    assert state["ledger"]["cancelled"].sum() == 15
+    restored = world(devices=50, over_selection=2.0)
+    restored.load_state(state)
+    assert all(np.array_equal(restored.ledger.counts[k], state["ledger"][k]) for k in state["ledger"])
+    older = {**state, "ledger": {k: v for k, v in state["ledger"].items() if k != "cancelled"}}
+    system.load_state(older)  # a checkpoint written before `cancelled` existed
+    assert system.ledger.counts["cancelled"].sum() == 0
+    assert np.array_equal(system.ledger.counts["selected"], state["ledger"]["selected"])
+
+
+def test_run_records_stragglers_and_cancelled_apart_in_metrics_participation_and_events(ray_session, tmp_path):
+    import pandas as pd
+
+    from emulator.driver import run_scenario
+
+    # 11 of 40 devices a round for 8 reports; three in ten are far too slow for the 60 s deadline: a round
+    # with 8 fast devices closes on the target (the rest cancelled), one with fewer at the deadline
+    # (stragglers); seed 3 gives both kinds of round in 6
+    raw = small_scenario(rounds=6, **{
+        "population.compute": {"tiers": [{"share": 0.7, "s_per_sample": 0.01}, {"share": 0.3, "s_per_sample": 10.0}]},
+        "population.compute_jitter": 0.0,
+        "population.network": {"tiers": [{"share": 1.0, "down_mbps": 10.0, "up_mbps": 10.0, "latency_s": 0.1}]},
+        "system.deadline_s": 60.0, "system.min_report_fraction": 0.5, "system.events": True})
+    result = run_scenario(validate_scenario(raw), tmp_path / "run")
+    metrics = pd.read_csv(result.path / "metrics.csv")
+    participation = pd.read_csv(result.path / "participation.csv")
+    events = pd.read_csv(result.path / "events.csv")
+    columns, ledger = list(metrics.columns), list(participation.columns)
+    assert columns[columns.index("stragglers") + 1] == "cancelled"
+    assert ledger[ledger.index("straggled") + 1] == "cancelled"
+    counts = events.groupby("event").size()
+    assert metrics.stragglers.sum() == participation.straggled.sum() == counts.get("straggler", 0) > 0
+    assert metrics.cancelled.sum() == participation.cancelled.sum() == counts.get("cancelled", 0) > 0
+    # a round has stragglers only when it closed at the deadline, cancelled devices only when it closed earlier
+    assert not ((metrics.stragglers > 0) & (metrics.cancelled > 0)).any()
+    assert np.allclose(metrics.round_duration_s[metrics.stragglers > 0], 60.0)
+    assert (metrics.round_duration_s[metrics.cancelled > 0] < 60.0).all()
 
 
 def test_round_time_and_bytes_match_a_hand_computation():

@@ -1,8 +1,8 @@
 """The system-model interface: the simulated world that decides who takes part and how long it takes.
 
 The server asks for a cohort; the system model answers with who was selected, who reported in time, who
-dropped or straggled, when the round started and ended on the simulated clock, and what crossed the
-network. Real training happens afterwards, only for the devices that reported.
+dropped, straggled or was cancelled, when the round started and ended on the simulated clock, and what
+crossed the network. Real training happens afterwards, only for the devices that reported.
 """
 from __future__ import annotations
 
@@ -36,7 +36,8 @@ class RoundOutcome:
     selected: np.ndarray  # device ids as drawn, repeats when drawn twice
     reported: np.ndarray  # ids (with repeats) whose updates arrived in time, in arrival order
     dropped: np.ndarray = field(default_factory=lambda: _EMPTY)
-    stragglers: np.ndarray = field(default_factory=lambda: _EMPTY)
+    stragglers: np.ndarray = field(default_factory=lambda: _EMPTY)  # still working when the deadline passed
+    cancelled: np.ndarray = field(default_factory=lambda: _EMPTY)  # still working when `target` reports had arrived
     bytes_down: int = 0
     bytes_up: int = 0
     failed: bool = False

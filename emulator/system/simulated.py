@@ -11,8 +11,10 @@ One round is one SimPy episode that starts at the run's current simulated time:
    hazard strikes while it works. Its timeline is computed up front (vectorised) and each device in
    flight is one event on the SimPy clock, firing when it reports or is lost; idle devices cost nothing.
 3. Close. The round closes when `target` reports have arrived, when every device has finished or
-   dropped, or at the deadline, whichever comes first. Devices still working are stragglers: their
-   updates are discarded. With fewer than min_report_fraction x target reports the round fails.
+   dropped, or at the deadline, whichever comes first. Devices still working are discarded, and why the
+   round closed says what they were: cancelled if `target` reports had arrived (the server no longer
+   needs them), stragglers otherwise (the deadline passed, or no device left could report). With fewer
+   than min_report_fraction x target reports the round fails.
 
 Everything random draws from the round's own stream, so the same seed gives the same participation.
 """
@@ -139,21 +141,30 @@ class SimulatedSystem(SystemModel):
         finished_in_time = np.zeros(len(devices), dtype=bool)
         finished_in_time[reports] = True
         dropped = plan["dropped"] & (plan["lost_at"] <= closed)
-        stragglers = ~finished_in_time & ~dropped
-        failed = int(weight[reports].sum()) < needed
+        still_working = ~finished_in_time & ~dropped  # includes sampled devices not yet checked in (snapshots)
+        # Classified by why the round closed, not by each device's own timeline: once `target` reports are
+        # in (even at the deadline's instant) the rest are cancelled, including those that would have
+        # missed the deadline anyway; a round short of its target closed at the deadline or with no device
+        # left that could report, so the rest are stragglers (always so in a failed round).
+        arrived = int(weight[reports].sum())
+        reached = arrived >= request.target
+        cancelled = still_working & reached
+        stragglers = still_working & (not reached)
+        failed = arrived < needed
         downloaded = plan["download_done"] <= np.minimum(closed, plan["lost_at"])
         reported = np.repeat(devices[reports], weight[reports])
-        self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers])
-        events = self._events(devices, plan, reports, dropped, stragglers, selected_at, closed) \
+        self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
+                           devices[cancelled])
+        events = self._events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) \
             if self.config.events else []
         return RoundOutcome(
             start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
-            dropped=devices[dropped], stragglers=devices[stragglers],
+            dropped=devices[dropped], stragglers=devices[stragglers], cancelled=devices[cancelled],
             bytes_down=int(downloaded.sum()) * request.bytes_down, bytes_up=len(reports) * request.bytes_up,
             failed=failed, events=events)
 
     @staticmethod
-    def _events(devices, plan, reports, dropped, stragglers, selected_at, closed) -> list[tuple]:
+    def _events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) -> list[tuple]:
         rows = [(selected_at, int(d), "selected") for d in devices]
         late_start = plan["start"] > selected_at
         rows += [(float(plan["start"][k]), int(devices[k]), "checked_in")
@@ -161,6 +172,7 @@ class SimulatedSystem(SystemModel):
         rows += [(float(plan["finish"][k]), int(devices[k]), "reported") for k in reports]
         rows += [(float(plan["lost_at"][k]), int(devices[k]), "dropped") for k in np.flatnonzero(dropped)]
         rows += [(closed, int(devices[k]), "straggler") for k in np.flatnonzero(stragglers)]
+        rows += [(closed, int(devices[k]), "cancelled") for k in np.flatnonzero(cancelled)]
         rows.sort(key=lambda row: (row[0], row[1]))
         return rows
 
