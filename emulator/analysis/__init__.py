@@ -1,14 +1,21 @@
 """Analysis of run directories: load them into pandas, measure time-to-accuracy, draw and report.
 
-    from analysis import load_runs, summarize, write_report
-    runs = load_runs(["runs/"])
+    from emulator.analysis import load_metrics, load_runs, write_report
+    m = load_metrics("runs/quickstart-...")          # the evaluated rounds of one run
+    m.plot(x="sim_time_s", y="test_acc")
     write_report(["runs/"], "report/", target=0.8)
-"""
-from emulator.analysis.metrics import (final_accuracy, gini, lorenz_curve, participation_stats, rise_time, round_time_stats,
-                              snapshot_share, summarize, time_to_accuracy)
-from emulator.analysis.report import comparison_table, write_report
-from emulator.analysis.runs import Run, find_runs, group_runs, load_run, load_runs
 
-__all__ = ["Run", "load_run", "load_runs", "find_runs", "group_runs", "final_accuracy", "time_to_accuracy",
-           "rise_time", "gini", "lorenz_curve", "participation_stats", "round_time_stats", "snapshot_share",
+The library is `emulator.analysis`; the top-level `analysis/` folder of the repository holds scripts that
+use it.
+"""
+from emulator.analysis.metrics import (final_accuracy, gini, lorenz_curve, participation_stats, rise_time,
+                                       round_time_stats, seed_statistics, snapshot_share, summarize,
+                                       time_to_accuracy)
+from emulator.analysis.report import comparison_table, write_report
+from emulator.analysis.runs import (NotARunError, Run, Selection, find_runs, group_runs, incomplete_reason,
+                                    load_metrics, load_run, load_runs, select_runs)
+
+__all__ = ["Run", "Selection", "NotARunError", "load_run", "load_runs", "load_metrics", "find_runs", "group_runs",
+           "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",
+           "lorenz_curve", "participation_stats", "round_time_stats", "snapshot_share", "seed_statistics",
            "summarize", "comparison_table", "write_report"]

@@ -7,8 +7,8 @@ from pathlib import Path
 import pandas as pd
 
 from emulator.analysis import plots
-from emulator.analysis.metrics import summarize
-from emulator.analysis.runs import Run, group_runs, load_runs
+from emulator.analysis.metrics import seed_statistics, summarize
+from emulator.analysis.runs import NotARunError, Run, load_runs, select_runs
 
 COLUMNS = {  # table column -> (heading, format)
     "final_acc": ("final acc (last {last})", "{:.4f}"),
@@ -21,6 +21,8 @@ COLUMNS = {  # table column -> (heading, format)
     "gb_moved": ("GB moved", "{:.3f}"),
     "median_round_s": ("median round s", "{:.0f}"),
     "failed_rounds": ("failed rounds", "{:.0f}"),
+    "stragglers": ("stragglers", "{:.0f}"),
+    "cancelled": ("cancelled", "{:.0f}"),
     "gini_reports": ("Gini of reports", "{:.3f}"),
     "never_reported": ("never reported", "{:.1%}"),
     "snapshot_share": ("snapshot share", "{:.1%}"),
@@ -28,15 +30,17 @@ COLUMNS = {  # table column -> (heading, format)
 
 
 def comparison_table(groups: dict[str, list[Run]], target: float | None, last: int) -> pd.DataFrame:
-    """One row per experiment: the mean over its seeds (and the spread, in `<col>_std`)."""
+    """One row per experiment: per measurement the mean over its seeds, the sample standard deviation in
+    `<col>_std`, the half-width of the 95% confidence interval of the mean in `<col>_ci95` (3 or more
+    seeds), and in `<col>_seeds` how many seeds had a value (e.g. reached the target)."""
     rows = []
     for label, runs in groups.items():
         per_seed = pd.DataFrame([summarize(r.metrics, r.participation, target, last) for r in runs])
         row = {"experiment": label, "seeds": len(runs)}
         for column in per_seed:
-            row[column] = per_seed[column].mean()  # over the seeds that have a value (e.g. reached a target)
-            row[f"{column}_std"] = per_seed[column].std(ddof=0) if len(runs) > 1 else math.nan
-            row[f"{column}_seeds"] = int(per_seed[column].notna().sum())
+            stats = seed_statistics(per_seed[column])
+            row[column], row[f"{column}_std"], row[f"{column}_ci95"] = stats["mean"], stats["std"], stats["ci95"]
+            row[f"{column}_seeds"] = stats["n"]
         rows.append(row)
     return pd.DataFrame(rows)
 
@@ -44,18 +48,23 @@ def comparison_table(groups: dict[str, list[Run]], target: float | None, last: i
 def _markdown(table: pd.DataFrame, target: float | None, last: int) -> str:
     shown = [c for c in COLUMNS if c in table and table[c].notna().any() and not (
         c in ("failed_rounds", "snapshot_share") and (table[c] == 0).all())]
+    if "stragglers" in shown and "cancelled" not in shown:  # runs from before cancelled devices were counted
+        shown.insert(shown.index("stragglers") + 1, "cancelled")
     headings = ["experiment", "seeds"] + [COLUMNS[c][0].format(target=target, last=last) for c in shown]
     lines = ["| " + " | ".join(headings) + " |", "|" + "---|" * len(headings)]
     for _, row in table.iterrows():
         cells = [str(row["experiment"]), str(int(row["seeds"]))]
         for column in shown:
-            value, spread = row[column], row.get(f"{column}_std", math.nan)
+            value, spread, ci = row[column], row.get(f"{column}_std", math.nan), row.get(f"{column}_ci95", math.nan)
             if pd.isna(value):
                 cells.append("not reached" if column.startswith("tta") else "-")
                 continue
-            text = COLUMNS[column][1].format(value)
+            form = COLUMNS[column][1]
+            text = form.format(value)
             if not pd.isna(spread) and spread > 0:
-                text += " ± " + COLUMNS[column][1].format(spread)
+                text += " ± " + form.format(spread)
+                if not pd.isna(ci):
+                    text += f" [{form.format(value - ci)}, {form.format(value + ci)}]"
             counted = int(row.get(f"{column}_seeds", row["seeds"]))
             if counted < int(row["seeds"]):
                 text += f" ({counted} of {int(row['seeds'])} seeds)"
@@ -64,13 +73,40 @@ def _markdown(table: pd.DataFrame, target: float | None, last: int) -> str:
     return "\n".join(lines)
 
 
+def _notes(table: pd.DataFrame, selection) -> list[str]:
+    """What the table's count columns mean, and the runs left out of it, with the reason."""
+    lines = []
+    if "stragglers" in table and table["stragglers"].notna().any():
+        lines += ["stragglers: devices that missed the deadline, summed over a run's rounds; cancelled: "
+                  "over-selected devices told to stop because enough reports had arrived."
+                  + (" '-' marks runs written before the two were counted apart (their stragglers include "
+                     "the cancelled)." if (table["cancelled_seeds"] < table["seeds"]).any() else ""), ""]
+    if selection.incomplete:
+        lines += ["## Left out: failed, interrupted or unfinished runs", "",
+                  "Not in the table or the figures:", ""]
+        lines += [f"- `{run.path}` ({run.name}, seed {run.seed}): {why}" for run, why in selection.incomplete]
+        lines.append("")
+    if selection.duplicates:
+        lines += ["## Left out: repeated seeds", "",
+                  "Runs of one experiment with the same seed would count that seed twice; the latest completed "
+                  "run of each seed is kept:", ""]
+        lines += [f"- `{dup.path}` repeats seed {dup.seed} of `{kept.path}` (kept)"
+                  for dup, kept in selection.duplicates]
+        lines.append("")
+    return lines
+
+
 def write_report(run_paths, out: str | Path, target: float | None = None, last: int = 5,
                  title: str = "Run report") -> Path:
     """Load the runs, draw every figure, and write out/report.md (and out/summary.csv)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(run_paths)
-    groups = group_runs(runs)
+    selection = select_runs(runs)
+    groups = selection.groups
+    if not groups:
+        raise NotARunError(f"none of the {len(runs)} run(s) completed, nothing to compare: "
+                           + "; ".join(f"{r.path}: {why}" for r, why in selection.incomplete))
     table = comparison_table(groups, target, last)
     table.to_csv(out / "summary.csv", index=False)
     figures = [
@@ -82,10 +118,16 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
         ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png")),
     ]
     lines = [f"# {title}", ""]
-    lines.append(f"{len(runs)} run(s) in {len(groups)} experiment(s); accuracies are test accuracies, the final one "
-                 f"the mean of the last {last} evaluations; several seeds show as mean ± standard deviation "
-                 "(figures: mean with a min-max band).")
+    used, left_out = sum(map(len, groups.values())), len(selection.incomplete) + len(selection.duplicates)
+    lines.append(f"{used} run(s) in {len(groups)} experiment(s)"
+                 + (f", {left_out} left out (below)" if left_out else "")
+                 + f"; accuracies are test accuracies, the final one the mean of the last {last} evaluations. "
+                 "With several seeds a cell reads mean ± sample standard deviation over the seeds (n - 1 in the "
+                 "denominator); with 3 or more, [low, high] is the 95% confidence interval of the mean (Student's "
+                 "t). summary.csv holds them as `<column>_std` and `<column>_ci95` (the interval's half-width). "
+                 "Figures: the mean with a min-max band.")
     lines += ["", _markdown(table, target, last), ""]
+    lines += _notes(table, selection)
     for heading, path in figures:
         if path is not None:
             lines += [f"## {heading}", "", f"![{heading}]({path.name})", ""]

@@ -1,14 +1,23 @@
-"""Loading run directories into pandas, and grouping runs that differ only in their seed."""
+"""Loading run directories into pandas, and grouping runs that differ only in their seed.
+
+A report compares experiments; an experiment is everything in scenario.yaml but the seed, the name's
+seed suffix, and the settings that cannot change a run's results (where it is written, the Ray resources
+it ran on: one seed gives the same metrics with any runners, and whether device events were logged).
+Only completed runs are compared, one per seed: `select_runs` sets apart the failed, interrupted and
+unfinished ones and, where two runs of an experiment share a seed, keeps the latest.
+"""
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
 import yaml
 
-NOT_PART_OF_THE_EXPERIMENT = ("seed", "output", "runtime", "name")
+NOT_PART_OF_THE_EXPERIMENT = ("seed", "output", "runtime", "system.events")  # dotted paths into scenario.yaml
 
 
 @dataclass
@@ -29,8 +38,20 @@ class Run:
 
     @property
     def evaluated(self) -> pd.DataFrame:
-        """The rounds with a test evaluation."""
-        return self.metrics[self.metrics["test_acc"].notna()]
+        """The rounds with a test evaluation (test_acc is empty on the others)."""
+        return self.metrics[self.metrics["test_acc"].notna()].reset_index(drop=True)
+
+    @property
+    def rounds_done(self) -> int:
+        return int(self.metrics["round"].max()) if len(self.metrics) else 0
+
+    @property
+    def finished_at(self) -> float:
+        """When the run ended (summary.json's finished_at), else when its last round was written."""
+        try:
+            return datetime.strptime(self.summary["finished_at"], "%Y-%m-%dT%H:%M:%S%z").timestamp()
+        except (KeyError, TypeError, ValueError):
+            return os.path.getmtime(self.path / "metrics.csv")
 
 
 class NotARunError(ValueError):
@@ -67,15 +88,74 @@ def load_runs(paths) -> list[Run]:
     return [load_run(p) for p in find_runs(paths)]
 
 
+def load_metrics(run_dir: str | Path, evaluated_only: bool = True) -> pd.DataFrame:
+    """A run's metrics.csv. By default only the rounds with a test evaluation, so that
+    `load_metrics(d).plot(x="sim_time_s", y="test_acc")` draws a line (test_acc is empty on rounds without
+    one); `evaluated_only=False` gives every round, which bytes, round times and `time_to_accuracy` need."""
+    run = load_run(run_dir)
+    return run.evaluated if evaluated_only else run.metrics
+
+
+def incomplete_reason(run: Run) -> str:
+    """Why a run cannot be compared ("interrupted after 4 of 10 rounds"), or "" when it completed: its
+    summary.json says completed and metrics.csv holds every round of the scenario."""
+    rounds = int(run.scenario.get("rounds", run.summary.get("rounds", 0)) or 0)
+    done = run.rounds_done
+    if not run.summary:
+        return f"no summary.json (killed, or still running) after {done} of {rounds} rounds"
+    status = run.summary.get("status", "unknown")
+    if status == "running":  # written when a run starts: it never got to record an end
+        return f"still running, or killed, after {done} of {rounds} rounds"
+    if status != "completed":
+        error = f" ({run.summary['error']})" if run.summary.get("error") else ""
+        return f"{status} after {done} of {rounds} rounds{error}"
+    if done < rounds:
+        return f"completed, but metrics.csv holds {done} of {rounds} rounds"
+    return ""
+
+
+@dataclass
+class Selection:
+    """What `select_runs` makes of a set of runs."""
+    groups: dict[str, list[Run]]        # label -> the completed runs of one experiment, one per seed
+    duplicates: list[tuple[Run, Run]]   # (left out, kept instead): the same experiment and seed twice
+    incomplete: list[tuple[Run, str]]   # (left out, why): failed, interrupted or unfinished
+
+
+def select_runs(runs: list[Run]) -> Selection:
+    """Group the completed runs by experiment, one run per seed (the latest where a seed repeats), and
+    set the others apart with the reason."""
+    complete, incomplete = [], []
+    for run in runs:
+        reason = incomplete_reason(run)
+        if reason:
+            incomplete.append((run, reason))
+        else:
+            complete.append(run)
+    latest: dict[tuple[str, int], Run] = {}
+    for run in sorted(complete, key=lambda r: r.finished_at):  # a later run of a seed replaces an earlier one
+        latest[(experiment_key(run), run.seed)] = run
+    duplicates = [(run, latest[(experiment_key(run), run.seed)]) for run in complete
+                  if latest[(experiment_key(run), run.seed)] is not run]
+    return Selection(_group(list(latest.values())), duplicates, incomplete)
+
+
 def experiment_key(run: Run) -> str:
-    """Runs with equal keys are the same experiment with different seeds."""
-    relevant = {k: v for k, v in run.scenario.items() if k not in NOT_PART_OF_THE_EXPERIMENT}
-    return json.dumps(relevant, sort_keys=True, default=str)
+    """Runs with equal keys are the same experiment, with the same or different seeds."""
+    flat = {k: v for k, v in _flatten(run.scenario).items()
+            if not any(k == skip or k.startswith(skip + ".") for skip in NOT_PART_OF_THE_EXPERIMENT)}
+    flat["name"] = _base_name(run.name)
+    return json.dumps(flat, sort_keys=True, default=str)
 
 
 def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
-    """Label -> the runs (seeds) of one experiment. Labels are the scenario names with any seed suffix
-    dropped; experiments that share a name are told apart by the settings where they differ."""
+    """Label -> the completed runs (seeds) of one experiment, one per seed; incomplete runs and repeated
+    seeds are left out (`select_runs` says which and why). Labels are the scenario names with any seed
+    suffix dropped; experiments that share a name are told apart by the settings where they differ."""
+    return select_runs(runs).groups
+
+
+def _group(runs: list[Run]) -> dict[str, list[Run]]:
     groups: dict[str, list[Run]] = {}
     for run in runs:
         groups.setdefault(experiment_key(run), []).append(run)
@@ -115,7 +195,7 @@ def _flatten(tree, prefix=""):
 
 def _difference(key: str, keys: list[str]) -> str:
     """The settings in which experiment `key` differs from its namesakes, as a.b=value pairs."""
-    flat = {k: _flatten(json.loads(k)) for k in keys}
+    flat = {k: json.loads(k) for k in keys}
     differing = sorted({field for other in keys for field in set(flat[key]) | set(flat[other])
                         if flat[key].get(field) != flat[other].get(field)})
     return ", ".join(f"{f}={flat[key].get(f)}" for f in differing) or "identical settings"
