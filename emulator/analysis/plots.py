@@ -1,34 +1,274 @@
-"""Figures for a report: one figure per question, every experiment overlaid and labelled.
+"""Figures for a report, sized and styled to go into a paper: one figure per question, every experiment overlaid.
 
-Experiments with several seeds are drawn as the mean with a band from the lowest to the highest seed.
+Every figure is written three times with one stem: PNG (linked from report.md), PDF and SVG (for a paper).
+Its width is a paper's column, two-column (7 in, the default) or one-column (3.3 in), and its text is 7-8 pt,
+so it reads at print size without scaling. An experiment keeps one look in every figure: a colour from Okabe
+and Ito's colour-blind-safe palette, a line style and a marker, so lines are told apart in greyscale too.
+Experiments with several seeds are drawn as the mean with a lighter band from the lowest to the highest seed.
+Legend labels keep only what differs between experiments (`short_labels`); report.md lists the full names.
+Axes show simulated time in seconds, minutes, hours or days and bytes in kB, MB, GB or TB, chosen by the span.
 """
 from __future__ import annotations
 
+import functools
+import re
 from pathlib import Path
 
-import matplotlib
+import numpy as np
+from matplotlib import rc_context
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+from matplotlib.font_manager import FontProperties
+from matplotlib.ticker import MaxNLocator
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+from emulator.analysis.metrics import lorenz_curve
+from emulator.analysis.runs import Run
 
-from emulator.analysis.metrics import lorenz_curve  # noqa: E402
-from emulator.analysis.runs import Run  # noqa: E402
-
-AXES = {
-    "time": ("simulated wall-clock (hours)", lambda m: m["sim_time_s"] / 3600.0),
-    "rounds": ("round", lambda m: m["round"].astype(float)),
-    "bytes": ("data moved, up + down (GB)", lambda m: (m["bytes_down"] + m["bytes_up"]).cumsum() / 1e9),
+WIDTHS = {"one-column": 3.3, "two-column": 7.0}  # inches: a column of a two-column paper, and the full page
+# Okabe & Ito (2008), "Color universal design": blue, vermillion, bluish green, reddish purple, orange,
+# sky blue, black (their yellow is left out: it is hard to see on white).
+PALETTE = ("#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000")
+LINE_STYLES = ("-", "--", "-.", ":", (0, (5, 1, 1, 1, 1, 1)))
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "*")
+FONT_PT = 8  # axis labels; ticks and legend one point smaller
+STYLE = {
+    "font.size": FONT_PT, "axes.labelsize": FONT_PT, "axes.titlesize": FONT_PT, "legend.fontsize": FONT_PT - 1,
+    "xtick.labelsize": FONT_PT - 1, "ytick.labelsize": FONT_PT - 1, "axes.linewidth": 0.6, "grid.linewidth": 0.4,
+    "grid.alpha": 0.35, "xtick.major.width": 0.6, "ytick.major.width": 0.6, "xtick.major.size": 2.5,
+    "ytick.major.size": 2.5, "lines.markersize": 3.5, "legend.handlelength": 2.6, "legend.columnspacing": 1.4,
+    "pdf.fonttype": 42, "ps.fonttype": 42,  # TrueType, not Type 3: some publishers reject Type 3 fonts
+    "svg.hashsalt": "emulator-report",  # the same SVG for the same data
 }
+PNG_DPI = 300
+PT = 1 / 72  # inches
 
 
-def _curve(run: Run, axis: str, column: str) -> tuple[np.ndarray, np.ndarray]:
-    metrics = run.metrics
-    x = AXES[axis][1](metrics).to_numpy(dtype=float)
-    y = metrics[column].to_numpy(dtype=float)
-    keep = ~np.isnan(y)
-    return x[keep], y[keep]
+# ---- units and labels -----------------------------------------------------------------------------------------
 
+def time_unit(span_s: float) -> tuple[str, float]:
+    """The unit to show a time span of `span_s` seconds in, and its length in seconds."""
+    for limit, unit, seconds in ((120, "seconds", 1.0), (2 * 3600, "minutes", 60.0), (3 * 86400, "hours", 3600.0)):
+        if span_s < limit:
+            return unit, seconds
+    return "days", 86400.0
+
+
+def bytes_unit(span: float) -> tuple[str, float]:
+    """The unit (decimal, as the run summary prints) to show an amount of `span` bytes in, and its size."""
+    for limit, unit, size in ((2e6, "kB", 1e3), (2e9, "MB", 1e6), (2e12, "GB", 1e9)):
+        if span < limit:
+            return unit, size
+    return "TB", 1e12
+
+
+_WITH_SETTINGS = re.compile(r"^(?P<base>.*?) \((?P<settings>.+)\)$")
+_SETTING_SPLIT = re.compile(r", (?=[A-Za-z_][\w.]*=)")
+
+
+def _parse(label: str) -> tuple[str, list[tuple[str, str]]]:
+    """'name (a.b=1, c=2)', as `group_runs` labels namesakes, -> ('name', [('a.b', '1'), ('c', '2')])."""
+    match = _WITH_SETTINGS.match(label)
+    if match:
+        parts = _SETTING_SPLIT.split(match["settings"])
+        if all("=" in part for part in parts):
+            return match["base"], [tuple(part.split("=", 1)) for part in parts]
+    return label, []
+
+
+def _short_keys(keys: set[str]) -> dict[str, str]:
+    """Each dotted key -> its shortest dotted suffix that no other key ends with: algorithm.client_lr -> client_lr."""
+    short = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            suffix = ".".join(parts[-n:])
+            if not any(other != key and (other == suffix or other.endswith("." + suffix)) for other in keys):
+                break
+        short[key] = suffix
+    return short
+
+
+def _strip_common_tokens(bases: list[str]) -> list[str]:
+    """Drop the words (split at - and _) every base starts or ends with, if each keeps a letter:
+    fast-fmnist, fedavg-fmnist -> fast, fedavg; but deadline_60, deadline_120 stay (60 alone says nothing)."""
+    tokens = [re.split(r"([-_])", base) for base in bases]  # words at even, separators at odd positions
+    words = [t[::2] for t in tokens]
+    lead = 0
+    while all(len(w) > lead + 1 for w in words) and len({w[lead] for w in words}) == 1:
+        lead += 1
+    trail = 0
+    while all(len(w) > lead + trail + 1 for w in words) and len({w[-1 - trail] for w in words}) == 1:
+        trail += 1
+    stripped = ["".join(t[2 * lead: len(t) - 2 * trail]) for t in tokens]
+    return stripped if all(re.search(r"[A-Za-z]", s) for s in stripped) else bases
+
+
+def short_labels(labels: list[str]) -> dict[str, str]:
+    """Experiment label -> a compact legend label that keeps only what tells the experiments apart.
+
+    Labels come from `group_runs`: a scenario name, and for namesakes the settings where they differ, as in
+    'quickstart (algorithm.client_lr=0.1, system.over_selection=1.3)'. A name shared by every experiment is
+    dropped, words all names share are dropped, settings shared by all are dropped, and a setting's key keeps
+    only as much of its path as is needed to stay unambiguous: 'client_lr=0.1, over_selection=1.3'. If two
+    experiments would end up with one label, every label stays as it was.
+    """
+    parsed = {label: _parse(label) for label in labels}
+    with_settings = [settings for _, settings in parsed.values() if settings]
+    common = set.intersection(*(set(s) for s in with_settings)) if len(with_settings) == len(labels) > 1 else set()
+    keys = _short_keys({key for settings in with_settings for key, _ in settings})
+    bases = list(dict.fromkeys(base for base, _ in parsed.values()))
+    shown_base = dict(zip(bases, _strip_common_tokens(bases))) if len(bases) > 1 else {bases[0]: ""} if bases else {}
+    short = {}
+    for label, (base, settings) in parsed.items():
+        kept = ", ".join(f"{keys[key]}={value}" for key, value in settings if (key, value) not in common)
+        name = shown_base[base]
+        short[label] = (f"{name} ({kept})" if name and kept else name or kept or label)
+    if len(set(short.values())) < len(short):
+        return {label: label for label in labels}
+    return short
+
+
+def legend_key(groups: dict[str, list[Run]]) -> list[str]:
+    """Markdown lines that say which experiment each shortened legend label stands for (none if none is)."""
+    short = short_labels(list(groups))
+    shortened = [label for label in groups if short[label] != label]
+    if not shortened:
+        return []
+    return ["Legend labels in the figures:", ""] + [f"- `{short[label]}`: {label}" for label in shortened] + [""]
+
+
+# ---- figure, legend, saving -------------------------------------------------------------------------------------
+
+def _inches(width: str | float) -> float:
+    """A figure width in inches: "one-column" / "one", "two-column" / "two", or a number of inches."""
+    if isinstance(width, (int, float)):
+        return float(width)
+    named = {"one": "one-column", "two": "two-column"}.get(width, width)
+    if named not in WIDTHS:
+        raise ValueError(f"figure width {width!r}: use 'one-column' ({WIDTHS['one-column']} in) or "
+                         f"'two-column' ({WIDTHS['two-column']} in)")
+    return WIDTHS[named]
+
+
+def _figure(width_in: float, height_in: float) -> Figure:
+    fig = Figure(figsize=(width_in, height_in), layout="constrained")
+    FigureCanvasAgg(fig)
+    fig.get_layout_engine().set(w_pad=2 * PT, h_pad=2 * PT, wspace=0.04, hspace=0.04)
+    return fig
+
+
+def _text_width(fig: Figure, text: str, size: float) -> float:
+    """Width in inches of `text` (its longest line) at `size` points."""
+    renderer = fig.canvas.get_renderer()
+    font = FontProperties(size=size)
+    return max(renderer.get_text_width_height_descent(line, font, ismath=False)[0]
+               for line in text.split("\n")) / fig.dpi
+
+
+def _wrap(fig: Figure, text: str, width_in: float, size: float) -> str:
+    """`text` broken into lines no wider than `width_in`: at spaces; a word wider than a line after its
+    hyphens or underscores, and where even that does not do, anywhere."""
+    def fits(line: str) -> bool:
+        return _text_width(fig, line, size) <= width_in
+
+    def fill(pieces: list[str], level: int) -> list[str]:
+        lines, line = [], ""
+        for piece in pieces:
+            if line and not fits((line + piece).rstrip()):
+                lines.append(line.rstrip())
+                line = ""
+            if not line and not fits(piece.rstrip()) and level < 2:
+                broken = fill(re.split(r"(?<=[_-])", piece) if level == 0 else list(piece), level + 1)
+                lines += broken[:-1]
+                line = broken[-1]
+            else:
+                line += piece
+        return lines + [line.rstrip()]
+
+    if fits(text):
+        return text
+    return "\n".join(fill(re.split(r"(?<= )", text), 0))
+
+
+def _legend_columns(count: int, columns: int) -> list[range]:
+    """Which entries each legend column holds, as matplotlib fills them: in order, the first columns one
+    longer where the entries do not divide evenly."""
+    rows, longer = divmod(count, columns)
+    sizes = [rows + 1] * longer + [rows] * (columns - longer)
+    starts = [sum(sizes[:c]) for c in range(columns)]
+    return [range(start, start + size) for start, size in zip(starts, sizes) if size]
+
+
+def _legend_plan(fig: Figure, texts: list[str]) -> tuple[list[str], int, float]:
+    """For a legend below the axes, spanning the figure: the labels (wrapped where too long), the number of
+    columns, and the height in inches it needs."""
+    size = STYLE["legend.fontsize"]
+    handle = (STYLE["legend.handlelength"] + 0.8) * size * PT  # handle and the pad after it
+    spacing = STYLE["legend.columnspacing"] * size * PT
+    room = fig.get_figwidth() - 0.15
+    wrapped = [_wrap(fig, t, room - handle, size) for t in texts]
+    widths = [_text_width(fig, t, size) + handle for t in wrapped]
+    columns = next(n for n in range(len(texts), 0, -1)
+                   if n == 1 or sum(max(widths[i] for i in column) for column in _legend_columns(len(texts), n))
+                   + spacing * (n - 1) <= room)
+    lines = max(sum(wrapped[i].count("\n") + 1 for i in column) for column in _legend_columns(len(texts), columns))
+    entries = max(len(column) for column in _legend_columns(len(texts), columns))
+    height = (lines * 1.25 + entries * 0.5 + 1.0) * size * PT
+    return wrapped, columns, height
+
+
+def _legend(fig: Figure, handles: list, texts: list[str]) -> None:
+    """A legend below the axes, across the figure, in as many columns as fit; the figure grows to hold it,
+    so the axes keep their height and no label is cut (long ones are wrapped)."""
+    if not handles:
+        return
+    wrapped, columns, height = _legend_plan(fig, texts)
+    fig.set_figheight(fig.get_figheight() + height)
+    fig.legend(handles, wrapped, loc="outside lower center", ncols=columns, frameon=False)
+
+
+def _save(fig: Figure, path: str | Path) -> Path:
+    """Write `fig` as PNG (to `path`), PDF and SVG beside it; return the PNG's path."""
+    path = Path(path).with_suffix(".png")
+    with rc_context(STYLE):
+        fig.savefig(path, dpi=PNG_DPI, metadata={"Software": None})
+        fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None, "Creator": None, "Producer": None})
+        fig.savefig(path.with_suffix(".svg"), metadata={"Date": None, "Creator": None})
+    return path
+
+
+def _styled(draw):
+    """Run a drawing function under `STYLE`, so its text takes the paper's font sizes."""
+    @functools.wraps(draw)
+    def styled(*args, **kwargs):
+        with rc_context(STYLE):
+            return draw(*args, **kwargs)
+    return styled
+
+
+def _looks(groups: dict[str, list[Run]]) -> dict[str, dict]:
+    """Experiment label -> its colour, line style and marker, by the experiment's place in `groups`."""
+    return {label: {"color": PALETTE[i % len(PALETTE)], "linestyle": LINE_STYLES[i % len(LINE_STYLES)],
+                    "marker": MARKERS[i % len(MARKERS)], "index": i} for i, label in enumerate(groups)}
+
+
+def _line(ax, x, y, look: dict, one_column: bool, **extra):
+    """A line in an experiment's look: a marker on every point of a short line, or on a long one markers
+    evenly spaced along it (staggered between experiments, so that they do not sit on each other)."""
+    spacing = 0.1  # of the axes' diagonal
+    every = None if len(x) <= 15 else ((0.02 + 0.023 * look["index"]) % spacing, spacing)
+    line, = ax.plot(x, y, color=look["color"], linestyle=look["linestyle"], marker=look["marker"],
+                    markevery=every, linewidth=1.0 if one_column else 1.2,
+                    markersize=3.2 if one_column else 3.8, markeredgewidth=0.4, markeredgecolor="white",
+                    **extra)
+    return line
+
+
+def _seeds(runs: list[Run]) -> str:
+    return f" ({len(runs)}\u00a0seeds)" if len(runs) > 1 else ""  # a no-break space: wrapped as one word
+
+
+# ---- the figures --------------------------------------------------------------------------------------------------
 
 def mean_band(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200):
     """Mean, low and high of several curves on a common x grid (where every curve is defined)."""
@@ -45,83 +285,178 @@ def mean_band(curves: list[tuple[np.ndarray, np.ndarray]], points: int = 200):
     return grid, ys.mean(axis=0), ys.min(axis=0), ys.max(axis=0)
 
 
-def _save(fig, path: Path) -> Path:
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
-    return path
+AXES = {  # x axis -> its values in base units (seconds, rounds, bytes), from a run's metrics
+    "time": lambda m: m["sim_time_s"],
+    "rounds": lambda m: m["round"].astype(float),
+    "bytes": lambda m: (m["bytes_down"] + m["bytes_up"]).cumsum(),
+}
 
 
-def accuracy_figure(groups: dict[str, list[Run]], axis: str, path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 4.2))
+def _curve(run: Run, axis: str, column: str) -> tuple[np.ndarray, np.ndarray]:
+    metrics = run.metrics
+    x = AXES[axis](metrics).to_numpy(dtype=float)
+    y = metrics[column].to_numpy(dtype=float)
+    keep = ~np.isnan(y)
+    return x[keep], y[keep]
+
+
+def _x_axis(axis: str, span: float) -> tuple[str, float]:
+    """The x axis label (with its unit) and the divisor from base units."""
+    if axis == "time":
+        unit, seconds = time_unit(span)
+        return f"simulated time ({unit})", seconds
+    if axis == "bytes":
+        unit, size = bytes_unit(span)
+        return f"data moved, up + down ({unit})", size
+    return "round", 1.0
+
+
+@_styled
+def draw_accuracy(groups: dict[str, list[Run]], axis: str, width: str | float = "two-column") -> Figure:
+    """Test accuracy against simulated time, rounds or bytes moved: one line (and seed band) per experiment."""
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 2.4 if one_column else 3.0)
+    ax = fig.add_subplot()
+    looks, names = _looks(groups), short_labels(list(groups))
+    bands = {}
     for label, runs in groups.items():
         curves = [c for c in (_curve(r, axis, "test_acc") for r in runs) if len(c[0])]
-        if not curves:
-            continue
-        x, mean, low, high = mean_band(curves)
-        seeds = f" ({len(runs)} seeds)" if len(runs) > 1 else ""
-        line, = ax.plot(x, mean, label=label + seeds, linewidth=1.6)
-        if len(runs) > 1:
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-    ax.set_xlabel(AXES[axis][0])
+        if curves:
+            bands[label] = mean_band(curves)
+    span = max((band[0].max() for band in bands.values()), default=1.0)
+    xlabel, divisor = _x_axis(axis, span)
+    handles, texts = [], []
+    for label, (x, mean, low, high) in bands.items():
+        if len(groups[label]) > 1:
+            ax.fill_between(x / divisor, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
+        handles.append(_line(ax, x / divisor, mean, looks[label], one_column))
+        texts.append(names[label] + _seeds(groups[label]))
+    ax.set_xlabel(xlabel)
+    if axis == "rounds":
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("test accuracy")
-    ax.set_title(f"Test accuracy against {AXES[axis][0].split(' (')[0]}")
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    ax.grid(True)
+    _legend(fig, handles, texts)
+    return fig
 
 
-def participation_figure(groups: dict[str, list[Run]], path: Path) -> Path | None:
+def accuracy_figure(groups: dict[str, list[Run]], axis: str, path: Path, width: str | float = "two-column") -> Path:
+    """`draw_accuracy`, written to `path` (PNG) and beside it as PDF and SVG; returns the PNG's path."""
+    return _save(draw_accuracy(groups, axis, width), path)
+
+
+@_styled
+def draw_participation(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure | None:
+    """How often each device reported (as a share of the population, so that populations of different sizes
+    compare; the mean over seeds) and the Lorenz curve of reports, per experiment."""
     with_data = {label: runs for label, runs in groups.items() if any(r.participation is not None for r in runs)}
     if not with_data:
         return None
-    fig, (hist, lorenz) = plt.subplots(1, 2, figsize=(10, 4))
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 4.4 if one_column else 2.6)
+    hist, lorenz = fig.subplots(2, 1) if one_column else fig.subplots(1, 2)
+    looks, names = _looks(groups), short_labels(list(groups))
+    seeded = [r for runs in with_data.values() for r in runs if r.participation is not None]
+    top = max(int(r.participation["reported"].max()) for r in seeded)
+    edges = np.arange(0, top + 2) - 0.5 if top < 60 else np.linspace(0, top, 41)
+    handles, texts = [], []
     for label, runs in with_data.items():
-        reports = np.concatenate([r.participation["reported"].to_numpy() for r in runs if r.participation is not None])
-        bins = np.arange(0, reports.max() + 2) - 0.5 if reports.max() < 60 else 40
-        hist.hist(reports, bins=bins, alpha=0.5, label=label)
-        share, held = lorenz_curve(reports)
-        lorenz.plot(share, held, label=label)
+        tables = [r.participation["reported"].to_numpy() for r in runs if r.participation is not None]
+        shares = np.mean([np.histogram(reports, bins=edges)[0] / len(reports) for reports in tables], axis=0)
+        centres = (edges[:-1] + edges[1:]) / 2
+        handles.append(_line(hist, centres, shares, looks[label], one_column, drawstyle="steps-mid"))
+        share, held = lorenz_curve(np.concatenate(tables))
+        _line(lorenz, share, held, looks[label], one_column)
+        texts.append(names[label] + _seeds(runs))
     hist.set_xlabel("rounds a device reported in")
-    hist.set_ylabel("devices (all seeds)")
-    hist.set_title("Participation per device")
-    lorenz.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=1)
-    lorenz.set_xlabel("share of devices (least participating first)")
+    hist.set_ylabel("share of devices")
+    hist.xaxis.set_major_locator(MaxNLocator(integer=True))
+    hist.set_title("Reports per device")
+    lorenz.plot([0, 1], [0, 1], color="grey", linestyle=":", linewidth=0.8)
+    lorenz.set_xlabel("share of devices, fewest reports first")
     lorenz.set_ylabel("share of all reports")
-    lorenz.set_title("Lorenz curve of participation")
+    lorenz.set_title("Lorenz curve of reports")
     for ax in (hist, lorenz):
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize=8)
-    return _save(fig, path)
+        ax.grid(True)
+    _legend(fig, handles, texts)
+    return fig
 
 
-def round_time_figure(groups: dict[str, list[Run]], path: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(7, 0.6 * len(groups) + 2))
-    labels = list(groups)
-    data = [np.concatenate([r.metrics["round_duration_s"].to_numpy() / 60.0 for r in groups[label]])
-            for label in labels]
-    ax.boxplot(data, vert=False, tick_labels=labels, showfliers=True)
-    ax.set_xlabel("round duration (simulated minutes)")
-    ax.set_title("Round durations")
-    ax.grid(alpha=0.3, axis="x")
-    return _save(fig, path)
+def participation_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """`draw_participation`, saved as `accuracy_figure` saves; None when no run has participation.csv."""
+    fig = draw_participation(groups, width)
+    return None if fig is None else _save(fig, path)
 
 
-def snapshot_figure(groups: dict[str, list[Run]], path: Path) -> Path | None:
+@_styled
+def draw_round_times(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure:
+    """A box of round durations per experiment, the first experiment on top."""
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 1.0)
+    looks, names = _looks(groups), short_labels(list(groups))
+    size = STYLE["ytick.labelsize"]
+    ticks = [_wrap(fig, names[label] + _seeds(groups[label]), (0.4 if one_column else 0.35) * width_in, size)
+             for label in groups]
+    lines = [t.count("\n") + 1 for t in ticks]
+    fig.set_figheight(0.55 + sum(max(0.3, n * size * 1.3 * PT + 0.08) for n in lines))
+    ax = fig.add_subplot()
+    data = [np.concatenate([r.metrics["round_duration_s"].to_numpy(dtype=float) for r in runs])
+            for runs in groups.values()]
+    span = max((np.nanmax(d) for d in data if len(d)), default=1.0)
+    unit, seconds = time_unit(span)
+    positions = np.arange(len(data), 0, -1)
+    boxes = ax.boxplot([d[~np.isnan(d)] / seconds for d in data], positions=positions, vert=False, widths=0.6,
+                       patch_artist=True, showfliers=True, medianprops={"color": "black", "linewidth": 1.0},
+                       flierprops={"marker": ".", "markersize": 2.5, "markeredgecolor": "0.35", "alpha": 0.6},
+                       whiskerprops={"linewidth": 0.7}, capprops={"linewidth": 0.7}, boxprops={"linewidth": 0.7})
+    for box, label in zip(boxes["boxes"], groups):
+        box.set_facecolor(looks[label]["color"])
+        box.set_alpha(0.55)
+    ax.set_yticks(positions, ticks)
+    ax.set_ylim(0.4, len(data) + 0.6)
+    # under a narrow axes (long names at one column) a centred label would stick out on the right
+    ax.set_xlabel(f"round duration (simulated {unit})", loc="right" if one_column else "center")
+    ax.grid(True, axis="x")
+    return fig
+
+
+def round_time_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path:
+    """`draw_round_times`, saved as `accuracy_figure` saves."""
+    return _save(draw_round_times(groups, width), path)
+
+
+@_styled
+def draw_snapshot(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure | None:
+    """FAST's snapshot probability q over the rounds, per FAST experiment."""
     with_q = {label: runs for label, runs in groups.items() if "q" in runs[0].metrics}
     if not with_q:
         return None
-    fig, ax = plt.subplots(figsize=(7, 3.6))
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 2.2 if one_column else 2.6)
+    ax = fig.add_subplot()
+    looks, names = _looks(groups), short_labels(list(groups))
+    handles, texts = [], []
     for label, runs in with_q.items():
         x, mean, low, high = mean_band([(r.metrics["round"].to_numpy(float), r.metrics["q"].to_numpy(float))
                                         for r in runs])
-        line, = ax.plot(x, mean, label=label, linewidth=1.4)
         if len(runs) > 1:
-            ax.fill_between(x, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+            ax.fill_between(x, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
+        handles.append(_line(ax, x, mean, looks[label], one_column))
+        texts.append(names[label] + _seeds(runs))
     ax.set_xlabel("round")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     ax.set_ylabel("snapshot probability q")
-    ax.set_title("FAST: q over the run")
     ax.set_ylim(-0.02, 1.02)
-    ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
-    return _save(fig, path)
+    ax.grid(True)
+    _legend(fig, handles, texts)
+    return fig
+
+
+def snapshot_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """`draw_snapshot`, saved as `accuracy_figure` saves; None when no experiment is FAST (has a q column)."""
+    fig = draw_snapshot(groups, width)
+    return None if fig is None else _save(fig, path)

@@ -97,8 +97,10 @@ def _notes(table: pd.DataFrame, selection) -> list[str]:
 
 
 def write_report(run_paths, out: str | Path, target: float | None = None, last: int = 5,
-                 title: str = "Run report") -> Path:
-    """Load the runs, draw every figure, and write out/report.md (and out/summary.csv)."""
+                 title: str = "Run report", figure_width: str = "two-column") -> Path:
+    """Load the runs, draw every figure, and write out/report.md (and out/summary.csv).
+
+    Figures are PNG, PDF and SVG, `figure_width` wide: "two-column" (7 in) or "one-column" (3.3 in)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(run_paths)
@@ -109,13 +111,17 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
                            + "; ".join(f"{r.path}: {why}" for r, why in selection.incomplete))
     table = comparison_table(groups, target, last)
     table.to_csv(out / "summary.csv", index=False)
+    width = figure_width
     figures = [
-        ("Test accuracy against simulated wall-clock", plots.accuracy_figure(groups, "time", out / "accuracy_vs_time.png")),
-        ("Test accuracy against rounds", plots.accuracy_figure(groups, "rounds", out / "accuracy_vs_rounds.png")),
-        ("Test accuracy against bytes moved", plots.accuracy_figure(groups, "bytes", out / "accuracy_vs_bytes.png")),
-        ("Who took part", plots.participation_figure(groups, out / "participation.png")),
-        ("How long rounds took", plots.round_time_figure(groups, out / "round_durations.png")),
-        ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png")),
+        ("Test accuracy against simulated wall-clock",
+         plots.accuracy_figure(groups, "time", out / "accuracy_vs_time.png", width)),
+        ("Test accuracy against rounds",
+         plots.accuracy_figure(groups, "rounds", out / "accuracy_vs_rounds.png", width)),
+        ("Test accuracy against bytes moved",
+         plots.accuracy_figure(groups, "bytes", out / "accuracy_vs_bytes.png", width)),
+        ("Who took part", plots.participation_figure(groups, out / "participation.png", width)),
+        ("How long rounds took", plots.round_time_figure(groups, out / "round_durations.png", width)),
+        ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png", width)),
     ]
     lines = [f"# {title}", ""]
     used, left_out = sum(map(len, groups.values())), len(selection.incomplete) + len(selection.duplicates)
@@ -130,7 +136,9 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
     lines += _notes(table, selection)
     for heading, path in figures:
         if path is not None:
-            lines += [f"## {heading}", "", f"![{heading}]({path.name})", ""]
+            lines += [f"## {heading}", "", f"![{heading}]({path.name})", "",
+                      f"For a paper: [{path.stem}.pdf]({path.stem}.pdf), [{path.stem}.svg]({path.stem}.svg).", ""]
+    lines += plots.legend_key(groups)
     lines += ["## Runs", ""]
     for label, members in groups.items():
         lines.append(f"- **{label}**: " + ", ".join(f"`{r.path}` (seed {r.seed})" for r in members))
