@@ -29,7 +29,7 @@ from emulator.interrupts import RunInterrupted, StopRequest
 from emulator.results import NO_SPACE, OutputError, RunDirectory, _metrics_row_ok, check_writable, valid_rows
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
-from emulator.runtime.runner import RunContext
+from emulator.runtime.runner import RunContext, unbox
 from emulator.runtime.server import ServerActor
 from emulator.scenario import Scenario, ScenarioError, load_scenario
 from emulator.seeding import torch_seed
@@ -130,8 +130,9 @@ def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
                 f"({', '.join(changed[:8]) or 'results-relevant fields'} changed); resuming would mix two "
                 "experiments. Restore the file, or start a new run with the changes")
     done = max((p.round for p in found), default=0)
-    if summary.get("status") == "completed" and done >= scenario.rounds and len(rows) >= scenario.rounds:
-        if scenario.rounds < int(summary.get("rounds_completed") or 0):
+    finished = int(summary.get("rounds_completed") or 0)
+    if summary.get("status") == "completed" and len(rows) >= finished >= scenario.rounds:
+        if scenario.rounds < finished:
             raise ScenarioError(f"rounds: {scenario.rounds}, but this run already finished "
                                 f"{summary['rounds_completed']} rounds; give more rounds to extend it")
         raise AlreadyFinished(directory.path, summary)
@@ -157,14 +158,17 @@ class _Server:
 
     def __init__(self, scenario: Scenario, context_box: list, pool: RunnerPool):
         self.scenario, self.context_box, self.pool = scenario, context_box, pool
+        self.run_key = unbox(context_box).key
         self.actor = None
+        self.starts = 0
         self.start()
 
     def start(self, state: dict | None = None) -> int:
         if self.actor is not None:
             ray.kill(self.actor)
         runtime = self.scenario.runtime
-        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus).remote(
+        self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
+        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}").remote(
             self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
         return _remote(self.actor.load_state.remote(state)) if state is not None else 0
 
@@ -185,6 +189,18 @@ class _Server:
 
 
 def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
+    try:
+        return _execute_run(scenario, start, on_round, federation, stop, notify)
+    except OSError as exc:
+        if exc.errno not in NO_SPACE:
+            raise
+        where = start.directory.path if start.directory else (start.out or scenario.output.dir)
+        raise OutputError(f"{where}: the disk is full ({exc.strerror}: {exc.filename or ''}); nothing is lost. "
+                          "Free some space, then run again (or continue with emulator run --resume RUN_DIR)"
+                          ) from None
+
+
+def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
     started = time.time()
     if federation is None:
         federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
@@ -243,15 +259,19 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
     restarts = 0
     if stop is not None:
         stop.deferred = True  # from here a signal stops the run at the next poll
+    board = None
     try:
         _write_summary(directory, summary)
         directory.open_metrics(columns)
+        board = _board(scenario, directory, rows)
         while len(rows) < scenario.rounds:
             try:
                 row = server.call("run_round", stop=stop)
                 r = int(row["round"])
                 row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
                 directory.append(row)
+                if board is not None:
+                    board.append(row)
                 if scenario.system.events:
                     directory.append_events(server.call("take_events"))
                 rows.append(row)
@@ -262,6 +282,9 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                 if restarts > SERVER_RESTARTS:
                     raise
                 rows = _restart(server, directory, columns, notify, exc)
+                if board is not None:
+                    board.close()
+                    board = _board(scenario, directory, rows)
                 continue
             restarts = 0
             summary.update(_progress(rows))
@@ -285,9 +308,20 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
     finally:
         if stop is not None:
             stop.deferred = False
+        if board is not None:
+            board.close()
         _finish(directory, server, rows, summary, started, notify)
     summary["_rows"] = rows
     return summary
+
+
+def _board(scenario: Scenario, directory: RunDirectory, rows: list[dict]):
+    """TensorBoard event files beside metrics.csv (output.tensorboard), holding the rows kept so far."""
+    if not scenario.output.tensorboard:
+        return None
+    from emulator.tensorboard_log import TensorBoardLog
+
+    return TensorBoardLog(directory.path, history=rows)
 
 
 def _restart(server: _Server, directory: RunDirectory, columns, notify, exc) -> list[dict]:

@@ -1,6 +1,7 @@
 """One real local Ray instance for the whole test session (starting Ray takes seconds)."""
 from __future__ import annotations
 
+import hashlib
 import logging
 import os
 from pathlib import Path
@@ -42,3 +43,27 @@ def small_scenario(**overrides) -> dict:
             node = node.setdefault(part, {})
         node[parts[-1]] = value
     return raw
+
+
+# A stateful world and algorithm, so a resume must restore more than the model: Markov availability
+# (its trajectories and random stream), dropout, server momentum, the clock and the ledger.
+STATEFUL = {
+    "rounds": 7, "output.checkpoint_every": 2,
+    "population.availability": [{"kind": "markov", "mean_on_s": 900, "mean_off_s": 900}],
+    "population.dropout_per_hour": 2.0, "system.deadline_s": 400.0, "system.min_report_fraction": 0.25,
+    "algorithm": {"name": "fedavgm", "momentum": 0.5, "clients_per_round": 8, "client_lr": 0.05,
+                  "local_steps": 5, "batch_size": 16},
+}
+
+
+def comparable(path) -> list[dict]:
+    """A run's metrics rows without the one column that may differ between identical runs."""
+    from emulator.results import read_metrics
+
+    return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in read_metrics(path)]
+
+
+def digest(directory: Path) -> dict:
+    """SHA-256 of every file in a directory (recursively), to show that nothing was touched."""
+    return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(directory).rglob("*")) if p.is_file() and p.name != ".lock"}
