@@ -116,6 +116,21 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch
     return float(loss_sum) / len(labels), float(correct) / len(labels)
 
 
+def set_torch_threads(torch_threads: int | None) -> int:
+    """Fix this process's torch intra-op thread count: `runtime.torch_threads`, else 1. Returns it.
+
+    The count is part of the arithmetic, not only of the speed: with more than one thread, oneDNN's
+    convolution backward and MKL's matrix products for small outputs split their sums over the minibatch
+    between threads, so the same step gives weights that differ in the last bits with 1 and 2 threads
+    (and the difference grows over training). One thread unless asked otherwise keeps a run's numbers
+    independent of its CPU shares (runtime.num_cpus, server_num_cpus), of OMP_NUM_THREADS and of the
+    machine's core count. Called by every process that trains or evaluates: runners and the server.
+    """
+    threads = torch_threads or 1
+    torch.set_num_threads(threads)
+    return threads
+
+
 def seeded_generator(seed: int) -> torch.Generator:
     """A CPU generator: minibatch orders then match across CPU and GPU runners."""
     generator = torch.Generator(device="cpu")

@@ -6,6 +6,7 @@ at once (a few per runner), so memory does not grow with the cohort.
 """
 from __future__ import annotations
 
+import logging
 import math
 import threading
 from typing import Callable, Iterator, Sequence, TypeVar
@@ -15,6 +16,7 @@ import ray
 from emulator.runtime.runner import RunnerActor
 
 Job = TypeVar("Job")
+logger = logging.getLogger(__name__)
 
 
 class RunnerPool:
@@ -30,11 +32,17 @@ class RunnerPool:
         """Start `count` runner actors with fractional resource shares, spread over the cluster's nodes.
 
         Runners restart when they die and their unfinished calls are retried elsewhere, so a lost worker
-        costs time, not results."""
-        threads = torch_threads or max(1, math.floor(num_cpus))
+        costs time, not results. Each trains with `torch_threads` torch threads, 1 when None, whatever its
+        CPU share: the thread count changes float rounding (see training.set_torch_threads), the share
+        must not."""
+        if torch_threads is None and num_cpus >= 2 and not num_gpus:
+            logger.warning(f"runtime.num_cpus is {num_cpus:g}, but each runner trains with 1 torch thread, so "
+                           "that results do not depend on the CPU share; set runtime.torch_threads (e.g. "
+                           f"{math.floor(num_cpus)}) to use more, at the price of last-bit differences, or give "
+                           "each runner 1 CPU so more runners train devices side by side")
         options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
                        scheduling_strategy="SPREAD")
-        runners = [RunnerActor.options(**options).remote(threads) for _ in range(count)]
+        runners = [RunnerActor.options(**options).remote(torch_threads) for _ in range(count)]
         ray.get([r.ping.remote() for r in runners])
         return cls(runners)
 

@@ -17,7 +17,7 @@ from emulator import params as param_vector
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
 from emulator.models import build_model
-from emulator.training import LocalTraining, as_device_tensors, seeded_generator, train_locally
+from emulator.training import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,7 @@ class DeviceRunner:
     max_cached_runs = 4
 
     def __init__(self, torch_threads: int | None = None):
-        if torch_threads:
-            torch.set_num_threads(torch_threads)
+        set_torch_threads(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
         gpu = torch.cuda.is_available() and bool(ray.is_initialized() and ray.get_gpu_ids())
         self.device = torch.device("cuda" if gpu else "cpu")
@@ -95,6 +94,10 @@ class DeviceRunner:
 
     def ping(self) -> bool:
         return True
+
+    def threads(self) -> int:
+        """The torch intra-op threads this runner trains with."""
+        return torch.get_num_threads()
 
     def pid(self) -> int:
         import os

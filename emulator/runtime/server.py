@@ -21,7 +21,7 @@ from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
-from emulator.training import evaluate, seeded_generator, train_locally
+from emulator.training import evaluate, seeded_generator, set_torch_threads, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
@@ -30,8 +30,7 @@ BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_d
 
 class FederatedServer:
     def __init__(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None):
-        if torch_threads:
-            torch.set_num_threads(torch_threads)
+        set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
         self.scenario = Scenario.model_validate(scenario)
         self.context_box = context_box
         context = unbox(context_box)
