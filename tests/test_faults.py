@@ -94,6 +94,36 @@ def test_a_failed_resume_leaves_a_finished_summary_intact(reference, tmp_path, c
     assert (run / "summary.json").read_text() == summary
 
 
+def test_a_finished_summary_is_never_replaced_by_one_holding_less(reference, tmp_path):
+    from emulator.results import OutputError, RunDirectory
+
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    before = (run / "summary.json").read_text()
+    directory = RunDirectory(run)
+    with pytest.raises(OutputError):
+        directory.write_summary({"status": "failed", "rounds_completed": 3})
+    assert (run / "summary.json").read_text() == before
+    assert not [p for p in run.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_ctrl_c_during_an_extension_keeps_the_finished_figures(reference, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    old = json.loads((run / "summary.json").read_text())
+
+    def stop(row):
+        raise KeyboardInterrupt  # after the first new round
+
+    with pytest.raises(KeyboardInterrupt):
+        resume_run(run, overrides=["rounds=12"], on_round=stop)
+    new = json.loads((run / "summary.json").read_text())
+    assert new["status"] == "interrupted" and new["rounds_completed"] == 8 and new["rounds"] == 12
+    assert set(old) - {"error", "note"} <= set(new)  # nothing the finished summary held is lost
+    assert new["started_at"] == old["started_at"]
+    assert comparable(run)[:7] == comparable(reference)
+
+
 # ---------------------------------------------------------------------------------- extending runs
 def test_an_extension_is_recorded_and_survives_a_kill(ray_session, tmp_path):
     reference = tmp_path / "reference"
