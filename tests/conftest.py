@@ -16,7 +16,10 @@ FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 def ray_session():
     import ray
 
+    from emulator.runtime.cluster import configure_token_auth
+
     if not ray.is_initialized():
+        configure_token_auth()  # token authentication on, as in every run, without Ray's warning
         ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
                  runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})
     yield ray

@@ -4,19 +4,92 @@ from __future__ import annotations
 import logging
 import math
 import os
+import secrets
 from contextlib import contextmanager
+from pathlib import Path
 
 import ray
+
+AUTH_MODE = "RAY_AUTH_MODE"
+TOKEN_SOURCES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray reads these before the default token file
+LOCAL_ADDRESSES = (None, "auto", "local")  # start a local instance, or join the one on this machine
+
+
+def default_token_path() -> Path:
+    """Where Ray looks for the token when neither RAY_AUTH_TOKEN nor RAY_AUTH_TOKEN_PATH is set."""
+    return Path.home() / ".ray" / "auth_token"
+
+
+def configure_token_auth(address: str | None = None) -> str | None:
+    """Turn Ray's token authentication on explicitly, as Ray documents it (RAY_AUTH_MODE=token and a token
+    in ~/.ray/auth_token), before ray.init; returns the mode now in force, None when left to Ray.
+
+    Ray 2.60 turns token authentication on by itself for a local instance, but then warns on every start
+    that it did so. Setting RAY_AUTH_MODE ourselves keeps authentication on and the warning away:
+
+    - RAY_AUTH_MODE=disabled (any mode but token): the user's choice, left alone.
+    - A token available (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH or ~/.ray/auth_token): token mode.
+    - Otherwise, for a local instance (address None, "auto" or "local", and RAY_ADDRESS unset or one of
+      those): a new token is written to ~/.ray/auth_token, readable by this user only (0600), once per user,
+      and token mode is set (also when RAY_AUTH_MODE=token was set by the user). Ray would write the same
+      file itself, readable by everyone.
+    - Otherwise (an explicit cluster address and no token here): left to Ray, which connects without a
+      token unless RAY_AUTH_MODE=token; a cluster with authentication on refuses that, and Ray's error says
+      where the token goes.
+
+    The mode is set in os.environ, so the Ray processes this process starts inherit it, and Ray's cached
+    config is reloaded, as Ray's own default does.
+    """
+    mode = (os.environ.get(AUTH_MODE) or "").lower() or None
+    if mode not in (None, "token"):
+        return mode
+    if not any(os.environ.get(name) for name in TOKEN_SOURCES) and not default_token_path().is_file():
+        if (address or os.environ.get("RAY_ADDRESS") or None) not in LOCAL_ADDRESSES:
+            return mode  # an explicit cluster address (ray.init(address=None) goes to RAY_ADDRESS if set)
+        _write_token(default_token_path())
+    if mode is None:
+        os.environ[AUTH_MODE] = "token"
+        _reload_ray_config()
+    return "token"
+
+
+def _reload_ray_config() -> None:
+    """Make this process see the new RAY_AUTH_MODE: `import ray` has already read it into Ray's cached
+    config, and a driver that still believes auth is off sends no token to the GCS it started. Ray's own
+    default (ray._private.authentication.authentication_token_setup._enable_token_auth) does the same."""
+    from ray._raylet import Config
+
+    Config.initialize("")
+
+
+def _write_token(path: Path) -> None:
+    """A fresh random token (256 bits, as `ray get-auth-token --generate` makes) at `path`, mode 0600, written
+    to a temporary file and linked into place, so a concurrent run never reads a half-written token and an
+    existing token is never replaced."""
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    temporary = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}")
+    descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    try:
+        with os.fdopen(descriptor, "w") as handle:
+            handle.write(secrets.token_hex(32))
+        os.link(temporary, path)
+    except FileExistsError:
+        pass  # another run wrote one first: use that
+    finally:
+        temporary.unlink(missing_ok=True)
 
 
 @contextmanager
 def ray_session(address: str | None = None):
     """Use the Ray instance already running in this process, else start or join one; shut down only
-    what this call started. Yields True when the caller owns the session (it outlives this run)."""
+    what this call started. Yields True when the caller owns the session (it outlives this run).
+
+    Token authentication is on (see configure_token_auth) unless RAY_AUTH_MODE=disabled says otherwise."""
     if ray.is_initialized():
         yield True
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
+    configure_token_auth(address)
     try:
         ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
                  configure_logging=True)
