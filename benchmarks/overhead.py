@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.models import build_model
 from emulator.scenario import validate_scenario
-from emulator.seeding import torch_seed
 
 TARGETS = {"cnn_fmnist": 1.3, "mlp": 2.0}
 DEVICES, COHORT, STEPS, BATCH, LR = 100, 10, 10, 32, 0.01

@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import os
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ def ray_session():
 
     if not ray.is_initialized():
         configure_token_auth()  # token authentication on, as in every run, without Ray's warning
-        ray.init(num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
+        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
                  runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})
     yield ray
     ray.shutdown()

@@ -90,8 +90,11 @@ def ray_session(address: str | None = None):
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
     configure_token_auth(address)
+    # No address: a fresh local instance (or RAY_ADDRESS, as Ray's job submission sets it), never a
+    # cluster that happens to be running on this machine, which a bare ray.init() would join.
+    target = address if address is not None else (os.environ.get("RAY_ADDRESS") or "local")
     try:
-        ray.init(address=address, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
+        ray.init(address=target, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
                  configure_logging=True)
     except (ConnectionError, TimeoutError, ValueError) as exc:
         if address is None:
