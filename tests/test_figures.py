@@ -86,6 +86,9 @@ def test_short_labels_keep_the_name_where_names_differ_and_drop_the_words_all_sh
     # what is left must still say something: a bare number does not
     assert plots.short_labels(["deadline_60", "deadline_120"]) == {"deadline_60": "deadline_60",
                                                                    "deadline_120": "deadline_120"}
+    # a sweep's runs (NAME-KEY_VALUE) read as KEY=VALUE
+    sweep = ["quickstart-over_selection_1.0", "quickstart-over_selection_2.0"]
+    assert plots.short_labels(sweep) == {sweep[0]: "over_selection=1.0", sweep[1]: "over_selection=2.0"}
 
 
 def test_short_labels_keep_as_much_of_a_key_as_tells_it_apart():

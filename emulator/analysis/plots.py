@@ -100,7 +100,18 @@ def _strip_common_tokens(bases: list[str]) -> list[str]:
     while all(len(w) > lead + trail + 1 for w in words) and len({w[-1 - trail] for w in words}) == 1:
         trail += 1
     stripped = ["".join(t[2 * lead: len(t) - 2 * trail]) for t in tokens]
-    return stripped if all(re.search(r"[A-Za-z]", s) for s in stripped) else bases
+    if all(re.search(r"[A-Za-z]", s) for s in stripped):
+        return stripped
+    return _sweep_tags(bases) or bases
+
+
+def _sweep_tags(bases: list[str]) -> list[str] | None:
+    """Sweep runs are named NAME-KEY_VALUE (quickstart-over_selection_1.3): with the shared NAME dropped,
+    each reads KEY=VALUE (over_selection=1.3). None when the names are not of that form."""
+    parts = [re.fullmatch(r"(.+?)-([A-Za-z][\w.]*?)_([^A-Za-z_][^_]*)", base) for base in bases]
+    if not all(parts) or len({m.group(1) for m in parts}) != 1:
+        return None
+    return [f"{m.group(2)}={m.group(3)}" for m in parts]
 
 
 def short_labels(labels: list[str]) -> dict[str, str]:
