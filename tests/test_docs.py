@@ -58,7 +58,7 @@ import yaml
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+DOCS = [ROOT / "README.md", ROOT / "analysis" / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 BIN = Path(sys.executable).parent            # the virtual environment that runs the tests
 VENV = BIN.parent
 TIMEOUT_S = 900                               # one block, including its setup

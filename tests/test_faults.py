@@ -8,7 +8,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -260,13 +259,11 @@ def test_a_killed_server_actor_is_restarted_from_the_last_checkpoint(reference, 
     killed = []
 
     def kill_the_server_during_round_6(row):
-        if row["round"] == 5:
-            def kill():
-                time.sleep(0.05)  # round 6 is in flight
-                name = next(n for n in ray.util.list_named_actors() if n.startswith("server-"))
-                ray.kill(ray.get_actor(name), no_restart=True)
-                killed.append(name)
-            threading.Thread(target=kill, daemon=True).start()
+        if row["round"] == 5:  # killed now, it dies as round 6 starts (ray.kill does not wait)
+            names = [n for n in ray.util.list_named_actors() if n.startswith("server-")]
+            assert len(names) == 1, names
+            ray.kill(ray.get_actor(names[0]), no_restart=True)
+            killed.append(names[0])
 
     run = tmp_path / "run"
     result = run_scenario(validate_scenario(small_scenario(**EVENTS)), run, on_round=kill_the_server_during_round_6)
