@@ -158,3 +158,28 @@ def test_importing_the_module_does_not_load_tensorboard():
             "print(sorted(m for m in sys.modules if m.startswith(('tensorboard', 'torch'))))")
     out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]" and out.stderr == ""
+
+
+def test_a_run_writes_its_metrics_to_tensorboard_and_a_resume_shows_each_round_once(ray_session, tmp_path):
+    from conftest import STATEFUL, small_scenario
+    from emulator.driver import resume_run, run_scenario
+    from emulator.results import read_metrics
+    from emulator.scenario import validate_scenario
+
+    def stop_after_round_5(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt
+
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_scenario(small_scenario(**STATEFUL)), run, on_round=stop_after_round_5)
+    resume_run(run)  # from the checkpoint after round 4: round 5 runs again
+    metrics = read_metrics(run)
+    for load in (read_back, read_back_as_the_server_does):
+        events = load(run)
+        assert points(events, "test/acc") == [(int(r["round"]), float(r["test_acc"])) for r in metrics]
+        assert points(events, "cohort/participants") == [(int(r["round"]), float(r["participants"]))
+                                                         for r in metrics]
+    off = small_scenario(**{**STATEFUL, "rounds": 2, "output.tensorboard": False})
+    run_scenario(validate_scenario(off), tmp_path / "off")
+    assert not (tmp_path / "off" / "tensorboard").exists()
