@@ -168,7 +168,8 @@ class _Server:
             ray.kill(self.actor)
         runtime = self.scenario.runtime
         self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
-        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}").remote(
+        name = f"server-{self.run_key}-{self.starts}"
+        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus, name=name).remote(
             self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
         return _remote(self.actor.load_state.remote(state)) if state is not None else 0
 
