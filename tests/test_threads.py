@@ -14,7 +14,7 @@ from conftest import small_scenario
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
 from emulator.results import read_metrics
-from emulator.runtime.pool import RunnerPool
+from emulator.runtime.pool import RunnerPool, release_shared_runners
 from emulator.scenario import validate_scenario
 
 
@@ -43,6 +43,7 @@ def cnn_scenario(**runtime) -> dict:
 
 
 def test_runners_train_with_one_thread_whatever_their_cpu_share(ray_session):
+    release_shared_runners()  # earlier tests' idle runners would leave no room for a 2-CPU runner
     for num_cpus, torch_threads, expected in [(2, None, 1), (0.5, None, 1), (1, 2, 2)]:
         pool = RunnerPool.start(1, num_cpus, 0, torch_threads)
         try:
@@ -52,6 +53,7 @@ def test_runners_train_with_one_thread_whatever_their_cpu_share(ray_session):
 
 
 def test_a_cpu_share_above_one_without_torch_threads_says_how_to_use_it(ray_session, caplog):
+    release_shared_runners()
     with caplog.at_level(logging.WARNING, logger="emulator.runtime.pool"):
         RunnerPool.start(1, 2, 0, None).shutdown()
     assert "runtime.torch_threads" in caplog.text

@@ -75,9 +75,7 @@ class RunnerPool:
         stopped first, so their resources are free for the new ones."""
         key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads)
         with _SHARED_LOCK:  # concurrent runs of a sweep ask at the same time
-            for other in [k for k in _SHARED if k != key and not _IN_USE.get(k)]:
-                for runner in _SHARED.pop(other):
-                    ray.kill(runner)
+            _stop_idle_shared(keep=key)
             runners = _SHARED.setdefault(key, [])
             if len(runners) < count:
                 runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads).runners)
@@ -107,6 +105,20 @@ class RunnerPool:
 _SHARED: dict[tuple, list] = {}
 _IN_USE: dict[tuple, int] = {}
 _SHARED_LOCK = threading.Lock()
+
+
+def _stop_idle_shared(keep=None) -> None:
+    """Stop the shared runners that no run is using (but those of shape `keep`); call under the lock."""
+    for other in [k for k in _SHARED if k != keep and not _IN_USE.get(k)]:
+        for runner in _SHARED.pop(other):
+            ray.kill(runner)
+
+
+def release_shared_runners() -> None:
+    """Stop every shared runner no run is using, freeing its resources (e.g. before starting runners of
+    a shape that would not fit beside them)."""
+    with _SHARED_LOCK:
+        _stop_idle_shared()
 
 
 def shared_runners() -> list:
