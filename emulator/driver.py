@@ -35,7 +35,7 @@ from emulator.scenario import Scenario, ScenarioError, load_scenario
 from emulator.seeding import torch_seed
 
 POLL_S = 0.1            # how often a waiting driver looks at its stop request
-SERVER_RESTARTS = 3     # a server that dies this often without finishing a round ends the run
+SERVER_RESTARTS = 3     # a server that dies this often without getting past its furthest round ends the run
 
 
 @dataclass
@@ -257,7 +257,7 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
     columns = server.call("get_columns")
     clock_offset = float(rows[-1]["wall_time_s"]) if rows else 0.0
     rounds_started = time.time()
-    restarts = 0
+    restarts, furthest = 0, len(rows)
     if stop is not None:
         stop.deferred = True  # from here a signal stops the run at the next poll
     board = None
@@ -287,7 +287,8 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                     board.close()
                     board = _board(scenario, directory, rows)
                 continue
-            restarts = 0
+            if len(rows) > furthest:  # progress past every earlier death: the restarts start counting again
+                furthest, restarts = len(rows), 0
             summary.update(_progress(rows))
             if on_round:
                 on_round(row)

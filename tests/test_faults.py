@@ -259,7 +259,7 @@ def test_a_killed_server_actor_is_restarted_from_the_last_checkpoint(reference, 
     killed = []
 
     def kill_the_server_during_round_6(row):
-        if row["round"] == 5:  # killed now, it dies as round 6 starts (ray.kill does not wait)
+        if row["round"] == 5 and not killed:  # killed now, it dies as round 6 starts (ray.kill does not wait)
             names = [n for n in ray.util.list_named_actors() if n.startswith("server-")]
             assert len(names) == 1, names
             ray.kill(ray.get_actor(names[0]), no_restart=True)
