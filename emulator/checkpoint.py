@@ -19,6 +19,8 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
+from emulator.results import atomic_file
+
 FORMAT = "fl-emulator-checkpoint/1"
 CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"
 
@@ -47,7 +49,11 @@ def results_fields(scenario) -> dict:
 
 
 def fingerprint(scenario) -> str:
-    return hashlib.sha256(json.dumps(results_fields(scenario), sort_keys=True).encode()).hexdigest()
+    return _digest(results_fields(scenario))
+
+
+def _digest(fields: dict) -> str:
+    return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:
@@ -94,21 +100,17 @@ def write(directory: Path, state: dict, scenario) -> None:
     fields = results_fields(scenario)
     header = {"format": FORMAT, "round": int(state["round"]), "bytes": len(payload),
               "sha256": hashlib.sha256(payload).hexdigest(),
-              "fingerprint": hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest(),
+              "fingerprint": _digest(fields),
               "fields": fields}
-    tmp = directory / f".{CURRENT}.tmp"
-    try:
-        with open(tmp, "wb") as handle:
-            handle.write(json.dumps(header, sort_keys=True).encode() + b"\n")
-            handle.write(payload)
-            handle.flush()
-            os.fsync(handle.fileno())
-        current = directory / CURRENT
+    current = directory / CURRENT
+
+    def keep_previous():
         if current.exists():
             os.replace(current, directory / PREVIOUS)
-        os.replace(tmp, current)
-    finally:
-        tmp.unlink(missing_ok=True)
+
+    with atomic_file(current, "wb", before_replace=keep_previous) as handle:
+        handle.write(json.dumps(header, sort_keys=True).encode() + b"\n")
+        handle.write(payload)
 
 
 def read(path: Path) -> Checkpoint:
@@ -135,15 +137,21 @@ def read(path: Path) -> Checkpoint:
     return Checkpoint(int(header["round"]), state, header["fields"], header["fingerprint"], path)
 
 
-def latest(directory: Path) -> tuple[Checkpoint | None, list[str]]:
-    """The newest checkpoint that verifies, and a note for each one that did not."""
-    notes = []
+def verified(directory: Path) -> tuple[list[Checkpoint], list[str]]:
+    """The checkpoints that verify, newest file first, and a note for each one that did not."""
+    found, notes = [], []
     for name in (CURRENT, PREVIOUS):
         path = directory / name
         if not path.exists():
             continue
         try:
-            return read(path), notes
+            found.append(read(path))
         except CheckpointError as exc:
             notes.append(str(exc))
-    return None, notes
+    return found, notes
+
+
+def latest(directory: Path) -> tuple[Checkpoint | None, list[str]]:
+    """The newest checkpoint that verifies, and a note for each one that did not."""
+    found, notes = verified(directory)
+    return (found[0] if found else None), notes

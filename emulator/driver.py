@@ -26,7 +26,7 @@ from emulator import checkpoint as checkpoints
 from emulator.data import build_federation
 from emulator.data.federation import Federation
 from emulator.interrupts import RunInterrupted, StopRequest
-from emulator.results import NO_SPACE, OutputError, RunDirectory, _metrics_row_ok, check_writable, valid_rows
+from emulator.results import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
@@ -113,14 +113,8 @@ class _Start:
 def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
     """Decide, before Ray starts, from which checkpoint a run continues, or refuse with a reason."""
     summary = directory.read_summary()
-    _, rows = valid_rows(directory.metrics_path, _metrics_row_ok) if directory.metrics_path.exists() else ([], [])
-    found, notes = [], []
-    for name in (checkpoints.CURRENT, checkpoints.PREVIOUS):
-        if (directory.path / name).exists():
-            try:
-                found.append(checkpoints.read(directory.path / name))
-            except checkpoints.CheckpointError as exc:
-                notes.append(str(exc))
+    _, rows = directory.whole_metrics()
+    found, notes = checkpoints.verified(directory.path)
     current = checkpoints.fingerprint(scenario)
     for point in found:
         if point.fingerprint != current:

@@ -12,7 +12,9 @@ import errno
 import json
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 from emulator.scenario import Scenario, ScenarioError, dump_scenario
 
@@ -34,17 +36,28 @@ class OutputError(RuntimeError):
     """The run directory cannot be written (disk full, permissions): the run stops cleanly."""
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step; on any failure the old file stays and no .tmp is left."""
+@contextmanager
+def atomic_file(path: Path, mode: str = "w", before_replace: Callable[[], None] | None = None):
+    """A handle on `.NAME.tmp` beside `path` that replaces `path` in one step when the block ends (after
+    fsync, and after `before_replace`, e.g. keeping the old file); on any failure the old file stays and
+    no .tmp is left."""
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        with open(tmp, "w") as handle:
-            handle.write(text)
+        with open(tmp, mode, **({} if "b" in mode else {"newline": ""})) as handle:
+            yield handle
             handle.flush()
             os.fsync(handle.fileno())
+        if before_replace is not None:
+            before_replace()
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Replace `path` with `text` in one step (see atomic_file)."""
+    with atomic_file(path) as handle:
+        handle.write(text)
 
 
 def check_writable(out: str | Path | None, default_parent: str | Path) -> None:
@@ -134,13 +147,16 @@ class RunDirectory:
     def metrics_path(self) -> Path:
         return self.path / "metrics.csv"
 
+    def whole_metrics(self) -> tuple[list[str], list[dict]]:
+        """metrics.csv's header and its rows up to the first damaged one (none if there is no file)."""
+        return valid_rows(self.metrics_path, _metrics_row_ok) if self.metrics_path.exists() else ([], [])
+
     def open_metrics(self, columns: tuple[str, ...]) -> None:
         """Open metrics.csv for appending rows of `columns` (a file written by an older version with
         other columns is rewritten with these first)."""
-        if self.metrics_path.exists():
-            header, rows = valid_rows(self.metrics_path, _metrics_row_ok)
-            if header and header != list(columns):
-                self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], list(columns))
+        header, rows = self.whole_metrics()
+        if header and header != list(columns):
+            self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], list(columns))
         self._metrics = open(self.metrics_path, "a", newline="")
         self._writer = csv.DictWriter(self._metrics, fieldnames=list(columns), extrasaction="raise")
         if self._metrics.tell() == 0:
@@ -178,15 +194,10 @@ class RunDirectory:
                 cells.append([f"{v:.6g}" for v in values.tolist()])
             else:
                 cells.append([str(v) for v in values.tolist()])
-        tmp = self.path / ".participation.csv.tmp"
-        try:
-            with open(tmp, "w", newline="") as handle:
-                writer = csv.writer(handle, lineterminator="\n")
-                writer.writerow(names)
-                writer.writerows(zip(*cells))
-            os.replace(tmp, self.path / "participation.csv")
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_file(self.path / "participation.csv") as handle:
+            writer = csv.writer(handle, lineterminator="\n")
+            writer.writerow(names)
+            writer.writerows(zip(*cells))
 
     # ------------------------------------------------------------------------------------- rewinding
     def rewind(self, round_done: int) -> list[dict]:
@@ -195,9 +206,8 @@ class RunDirectory:
         short by a full disk or a kill, whatever the fragment). Returns the kept metrics rows."""
         self.close()  # the metrics file is replaced below: reopen it afterwards
         kept: list[dict] = []
-        columns: list[str] = []
         if self.metrics_path.exists():
-            columns, rows = valid_rows(self.metrics_path, _metrics_row_ok)
+            columns, rows = self.whole_metrics()
             kept = [r for r in rows if int(r["round"]) <= round_done]
             self._rewrite(self.metrics_path, kept, columns)
         events = self.path / "events.csv"
@@ -212,17 +222,10 @@ class RunDirectory:
         if not columns:  # nothing valid was ever written: start the file afresh
             path.unlink()
             return
-        tmp = path.with_name(f".{path.name}.tmp")
-        try:
-            with open(tmp, "w", newline="") as handle:
-                writer = csv.DictWriter(handle, fieldnames=columns)
-                writer.writeheader()
-                writer.writerows(rows)
-                handle.flush()
-                os.fsync(handle.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with atomic_file(path) as handle:
+            writer = csv.DictWriter(handle, fieldnames=columns)
+            writer.writeheader()
+            writer.writerows(rows)
 
     def read_summary(self) -> dict:
         try:
