@@ -56,10 +56,24 @@ def _digest(fields: dict) -> str:
     return hashlib.sha256(json.dumps(fields, sort_keys=True).encode()).hexdigest()
 
 
+# Fields added to the schema after checkpoints were first written, with the value that keeps an older run's
+# world unchanged: a checkpoint that lacks one of them matches a scenario holding exactly that value.
+ADDED_FIELDS = {"name": None, "types": None, "ties": [], "correlation": 1.0, "format": "csv", "assign": "cycle",
+                "reuse": True}
+
+
 def differing_fields(recorded: dict, current: dict) -> list[str]:
-    """Dotted paths of the fields that differ between two results_fields dicts."""
+    """Dotted paths of the fields that differ between two results_fields dicts (a field an older version
+    did not know counts as equal while it holds its neutral value, see ADDED_FIELDS)."""
     a, b = _flatten(recorded), _flatten(current)
-    return sorted(key for key in set(a) | set(b) if a.get(key) != b.get(key))
+
+    def same(key):
+        if key not in a and key in b:
+            last = key.rsplit(".", 1)[-1]
+            return last in ADDED_FIELDS and b[key] == ADDED_FIELDS[last]
+        return a.get(key) == b.get(key)
+
+    return sorted(key for key in set(a) | set(b) if not same(key))
 
 
 def _flatten(tree, prefix: str = "") -> dict:

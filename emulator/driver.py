@@ -24,6 +24,7 @@ import ray
 
 from emulator import checkpoint as checkpoints
 from emulator.data import build_federation
+from emulator.system.ties import check_world
 from emulator.data.federation import Federation
 from emulator.interrupts import RunInterrupted, StopRequest
 from emulator.results import NO_SPACE, OutputError, RunDirectory, check_writable
@@ -117,11 +118,12 @@ def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
     found, notes = checkpoints.verified(directory.path)
     current = checkpoints.fingerprint(scenario)
     for point in found:
-        if point.fingerprint != current:
-            changed = checkpoints.differing_fields(point.fields, checkpoints.results_fields(scenario))
+        changed = [] if point.fingerprint == current else checkpoints.differing_fields(
+            point.fields, checkpoints.results_fields(scenario))
+        if changed:
             raise ScenarioError(
                 f"--resume {directory.path}: scenario.yaml no longer describes the experiment this run started "
-                f"({', '.join(changed[:8]) or 'results-relevant fields'} changed); resuming would mix two "
+                f"({', '.join(changed[:8])} changed); resuming would mix two "
                 "experiments. Restore the file, or start a new run with the changes")
     done = max((p.round for p in found), default=0)
     finished = int(summary.get("rounds_completed") or 0)
@@ -198,10 +200,12 @@ def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, noti
 def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
     started = time.time()
     if federation is None:
-        federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
+        federation = build_federation(scenario.data, scenario.population.devices, scenario.seed,
+                                      scenario.population.types)
     elif federation.num_devices != scenario.population.devices:
         raise ScenarioError(f"population.devices: {scenario.population.devices}, but the given federation has "
                             f"{federation.num_devices} devices")
+    check_world(scenario, federation)  # ties the data cannot satisfy are refused before Ray starts
     runtime = scenario.runtime
     with ray_session(runtime.address) as session_outlives_run:
         if stop is not None:

@@ -81,8 +81,19 @@ class ShardsPartition(Strict):
     shards_per_client: int = Field(2, gt=0)
 
 
+class TypesPartition(Strict):
+    """Each device's data drawn from its latent type (population.types): a label mix ~ Dirichlet around the
+    type's labels or prototype, and a size proportional to the type's `samples` (times a lognormal factor
+    with sigma size_sigma). Samples are drawn without replacement; a device whose type's classes have run
+    out takes the rest from the classes that still have samples."""
+
+    scheme: Literal["types"] = "types"
+    size_sigma: float = Field(0.0, ge=0)
+    min_samples: int = Field(1, ge=1)
+
+
 Partition = Annotated[
-    Union[NaturalPartition, IidPartition, DirichletPartition, ClassesPartition, ShardsPartition],
+    Union[NaturalPartition, IidPartition, DirichletPartition, ClassesPartition, ShardsPartition, TypesPartition],
     Field(discriminator="scheme"),
 ]
 
@@ -127,7 +138,7 @@ class DataConfig(Strict):
         if self.partition.scheme == "natural" and self.dataset != "synthetic":
             raise ScenarioFieldError(
                 "data.partition.scheme", f"'natural' only exists for dataset 'synthetic'; for {self.dataset} "
-                "choose iid, dirichlet, classes or shards")
+                "choose iid, dirichlet, classes, shards or types")
         return self
 
 
@@ -366,6 +377,17 @@ class TieredCompute(Strict):
         return self
 
 
+class TraceCompute(Strict):
+    """Seconds per sample from a device-capacity trace (FedScale's client_device_capacity pickle, or a CSV
+    with columns device_id,s_per_sample,down_mbps,up_mbps); device k plays trace row k mod T unless
+    `assign: random` (or a tie in population.ties) says otherwise."""
+
+    kind: Literal["trace"] = "trace"
+    file: str
+    format: Literal["fedscale", "csv"] = "fedscale"
+    assign: Literal["cycle", "random"] = "cycle"
+
+
 class NetworkTier(Strict):
     share: float = Field(gt=0, le=1)
     down_mbps: float = Field(gt=0)
@@ -384,6 +406,12 @@ class LognormalNetwork(Strict):
     latency_s: float = Field(0.05, ge=0)
 
 
+class TraceNetwork(TraceCompute):
+    """Bandwidth from a device-capacity trace (FedScale: 'communication' kbit/s, both directions)."""
+
+    latency_s: float = Field(0.05, ge=0)
+
+
 class TieredNetwork(Strict):
     kind: Literal["tiers"] = "tiers"
     tiers: list[NetworkTier] = Field(min_length=1)
@@ -397,6 +425,7 @@ class TieredNetwork(Strict):
 class AlwaysAvailable(Strict):
     kind: Literal["always"] = "always"
     share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
 
 
 class NeverAvailable(Strict):
@@ -404,6 +433,7 @@ class NeverAvailable(Strict):
 
     kind: Literal["never"] = "never"
     share: float = Field(gt=0, le=1)
+    name: Optional[str] = None
 
 
 class MarkovAvailability(Strict):
@@ -411,6 +441,7 @@ class MarkovAvailability(Strict):
 
     kind: Literal["markov"] = "markov"
     share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
     mean_on_s: float = Field(gt=0)
     mean_off_s: float = Field(gt=0)
 
@@ -439,6 +470,7 @@ class DiurnalAvailability(Strict):
 
     kind: Literal["diurnal"] = "diurnal"
     share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
     start_hour: float = Field(22.0, ge=0, lt=24)
     hours: float = Field(8.0, gt=0, le=24)
     start_spread_h: float = Field(0.0, ge=0, le=24)
@@ -447,15 +479,22 @@ class DiurnalAvailability(Strict):
 
 
 class TraceAvailability(Strict):
-    """Online intervals from a CSV file (device_id, start_s, end_s), FedScale style.
+    """Online intervals from a trace file: a CSV (device_id, start_s, end_s) or FedScale's
+    client_behave_trace pickle (format: fedscale; each device's own finish_time is its period).
 
-    Population devices are mapped onto the trace's devices (device i -> the i-th trace device, cycling);
-    with repeat_s the trace repeats with that period."""
+    Population devices are mapped onto the trace's devices: device i plays trace device i mod T
+    (`assign: cycle`), a seeded random one (`assign: random`), or the one a tie in population.ties picks.
+    With repeat_s the trace repeats with that period. With fewer trace devices than population devices,
+    trace devices are reused, unless `reuse: false`, which makes that an error."""
 
     kind: Literal["trace"] = "trace"
     share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
     file: str
+    format: Literal["csv", "fedscale"] = "csv"
     repeat_s: Optional[float] = Field(None, gt=0)
+    assign: Literal["cycle", "random"] = "cycle"
+    reuse: bool = True
 
 
 Availability = Annotated[
@@ -464,15 +503,144 @@ Availability = Annotated[
 ]
 
 
+# ------------------------------------------------------------------------------- ties to the data
+STATISTICS = ("samples", "label_entropy", "label_count", "min_label", "max_label", "class_share",
+              "dominant_label", "label_group", "cluster")
+GROUP_STATISTICS = ("dominant_label", "label_group", "cluster")  # say which group a device is in
+BEHAVIOURS = ("compute", "network", "availability", "timezone", "dropout_per_hour", "online_share", "trace")
+RANKED_BEHAVIOURS = ("compute", "network", "timezone", "trace")  # drawn per device, so they can be re-ordered
+SCALED_BEHAVIOURS = ("dropout_per_hour", "online_share")  # numbers a tie may compute from a statistic
+
+
+class Tie(Strict):
+    """A rule that ties one behaviour of every device to a statistic of the data it holds.
+
+    Three forms, chosen by the fields given:
+    - rank (neither `values` nor `scale`): devices are ranked by the statistic and the behaviour the
+      population draws anyway is handed out in that order (`direction: same`: the highest statistic gets
+      the highest value: the slowest compute, the fastest network, the latest time zone, the trace with the
+      most online hours). The fleet's make-up is unchanged; only who gets what follows the data.
+    - group (`values`): a group statistic puts each device in a group; group k gets values[k] (a tier or
+      availability entry by name or index, a time-zone offset in hours, a dropout rate, an online share).
+    - scale (`scale: [a, b]`): a number per device, a at the lowest statistic and b at the highest
+      (`shape`: linear in the statistic, linear in its rank, or (s / max s) ** exponent), for
+      dropout_per_hour or online_share: FLGo's data-dependent availability modes are of this form.
+    population.correlation loosens every tie alike (see there)."""
+
+    by: Literal[STATISTICS]
+    classes: Optional[list[int]] = Field(None, min_length=1)  # class_share: the classes whose share counts
+    groups: Optional[list[list[int]]] = Field(None, min_length=1)  # label_group, dominant_label: class groups
+    k: Optional[int] = Field(None, ge=2)  # cluster: how many label clusters
+    sets: Literal[BEHAVIOURS]
+    direction: Literal["same", "opposite"] = "same"
+    values: Optional[list[Union[float, str]]] = Field(None, min_length=1)
+    scale: Optional[list[float]] = Field(None, min_length=2, max_length=2)
+    shape: Literal["linear", "rank", "power"] = "linear"
+    exponent: float = 1.0
+    range: Optional[list[float]] = Field(None, min_length=2, max_length=2)  # linear: the statistic's span
+
+    @model_validator(mode="after")
+    def _form(self):
+        needs = {"class_share": "classes", "label_group": "groups", "cluster": "k"}
+        for statistic, field in needs.items():
+            given = getattr(self, field) is not None
+            if self.by == statistic and not given:
+                raise ScenarioFieldError(field, f"by: {statistic} needs {field}")
+            if given and self.by != statistic and not (field == "groups" and self.by == "dominant_label"):
+                raise ScenarioFieldError(field, f"{field} only applies with by: {statistic}")
+        if self.values is not None and self.scale is not None:
+            raise ScenarioFieldError("scale", "give values (one per group) or scale ([a, b]), not both")
+        grouped = self.by in GROUP_STATISTICS
+        if grouped and self.values is None:
+            raise ScenarioFieldError("values", f"by: {self.by} puts devices in groups; give values: one "
+                                     f"{self.sets} per group")
+        if not grouped and self.values is not None:
+            raise ScenarioFieldError("values", f"by: {self.by} is a number per device, not a group; leave values "
+                                     f"out to rank devices by it, or group them with by: label_group or cluster")
+        if self.scale is not None and self.sets not in SCALED_BEHAVIOURS:
+            raise ScenarioFieldError("scale", f"scale computes a number per device; {self.sets} is not a number "
+                                     f"(scale applies to {', '.join(SCALED_BEHAVIOURS)})")
+        if self.values is None and self.scale is None and self.sets not in RANKED_BEHAVIOURS:
+            raise ScenarioFieldError("sets", f"{self.sets} is the same for every device until a tie sets it: give "
+                                     f"scale: [a, b] (or group the devices and give values)")
+        if self.sets == "trace" and self.values is not None:
+            raise ScenarioFieldError("values", "a trace is tied by rank (devices ranked by the statistic get the "
+                                     "trace devices ranked by their online hours); leave values out")
+        if self.values is not None:
+            for i, value in enumerate(self.values):
+                _check_tie_value(self.sets, value, f"values.{i}")
+        if self.scale is not None:
+            for i, value in enumerate(self.scale):
+                _check_tie_value(self.sets, value, f"scale.{i}")
+        if self.range is not None and self.range[0] >= self.range[1]:
+            raise ScenarioFieldError("range", f"needs low < high, got {self.range}")
+        return self
+
+
+def _check_tie_value(behaviour: str, value, where: str) -> None:
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if behaviour in ("timezone", "dropout_per_hour", "online_share") and not numeric:
+        raise ScenarioFieldError(where, f"{behaviour} values are numbers, got {value!r}")
+    if behaviour == "timezone" and not -14 <= value <= 14:
+        raise ScenarioFieldError(where, f"a time zone is hours from UTC, between -14 and 14, got {value}")
+    if behaviour == "dropout_per_hour" and value < 0:
+        raise ScenarioFieldError(where, f"a dropout rate is >= 0 per hour, got {value}")
+    if behaviour == "online_share" and not 0 < value <= 1:
+        raise ScenarioFieldError(where, f"an online share is in (0, 1], got {value}")
+    if behaviour in ("compute", "network", "availability") and numeric and (value < 0 or value != int(value)):
+        raise ScenarioFieldError(where, f"a {behaviour} value is a name or an index (0, 1, ...), got {value!r}")
+
+
+class UserType(Strict):
+    """A latent user type: its share of the population, the labels its devices hold (with
+    data.partition.scheme: types) and the behaviour its devices share. A behaviour left out is drawn for
+    the type's devices as for everyone else."""
+
+    name: str
+    share: float = Field(gt=0, le=1)
+    labels: Optional[list[int]] = Field(None, min_length=1)  # the classes its data comes from, evenly
+    prototype: Optional[list[float]] = Field(None, min_length=2)  # or weights over all classes
+    concentration: float = Field(1.0, gt=0)  # per-device label mix ~ Dirichlet(concentration x prototype)
+    samples: float = Field(1.0, gt=0)  # how much data its devices hold, relative to the other types
+    availability: Optional[Union[int, str]] = None  # an entry of population.availability, by name or index
+    timezone: Optional[float] = Field(None, ge=-14, le=14)  # hours from UTC, for diurnal availability
+    compute: Optional[Union[int, str]] = None  # a tier of population.compute, by name or index
+    network: Optional[Union[int, str]] = None  # a tier of population.network
+    dropout_per_hour: Optional[float] = Field(None, ge=0)
+    online_share: Optional[float] = Field(None, gt=0, le=1)  # for markov availability
+
+    @model_validator(mode="after")
+    def _labels(self):
+        if self.labels is not None and self.prototype is not None:
+            raise ScenarioFieldError("prototype", "give labels (a class set) or prototype (class weights), not both")
+        if self.prototype is not None and (min(self.prototype) < 0 or sum(self.prototype) <= 0):
+            raise ScenarioFieldError("prototype", "class weights must be >= 0 with a positive sum")
+        return self
+
+    def behaviour(self, name: str):
+        return getattr(self, name)
+
+
+TYPE_BEHAVIOURS = ("availability", "timezone", "compute", "network", "dropout_per_hour", "online_share")
+
+
 class PopulationConfig(Strict):
     """The devices: how many, how fast they compute and communicate, when they are online, how often they drop."""
 
     devices: int = Field(100, gt=0)
-    compute: Annotated[Union[LognormalCompute, TieredCompute], Field(discriminator="kind")] = LognormalCompute()
+    compute: Annotated[Union[LognormalCompute, TieredCompute, TraceCompute],
+                       Field(discriminator="kind")] = LognormalCompute()
     compute_jitter: float = Field(0.1, ge=0)
-    network: Annotated[Union[LognormalNetwork, TieredNetwork], Field(discriminator="kind")] = LognormalNetwork()
+    network: Annotated[Union[LognormalNetwork, TieredNetwork, TraceNetwork],
+                       Field(discriminator="kind")] = LognormalNetwork()
     availability: list[Availability] = Field(default_factory=lambda: [AlwaysAvailable()], min_length=1)
     dropout_per_hour: float = Field(0.0, ge=0)
+    types: Optional[list[UserType]] = Field(None, min_length=1)  # latent user types (see UserType)
+    ties: list[Tie] = Field(default_factory=list)  # behaviour tied to data (see Tie)
+    # How strongly behaviour follows data in every tie and type: 1 as written; at c < 1 a seeded share
+    # 1 - c of the devices swap their tied behaviour at random among themselves (so the fleet's make-up
+    # never changes); 0 is independence.
+    correlation: float = Field(1.0, ge=0, le=1)
 
     @model_validator(mode="before")
     @classmethod
@@ -481,12 +649,25 @@ class PopulationConfig(Strict):
             data = dict(data)
             for key in ("compute", "network"):
                 if isinstance(data.get(key), dict) and "kind" not in data[key]:
-                    data[key] = {"kind": "tiers" if "tiers" in data[key] else "lognormal", **data[key]}
+                    kind = "tiers" if "tiers" in data[key] else "trace" if "file" in data[key] else "lognormal"
+                    data[key] = {"kind": kind, **data[key]}
         return data
 
     @model_validator(mode="after")
     def _shares(self):
         _check_shares(self.availability, "population.availability")
+        if self.types is not None:
+            _check_shares(self.types, "population.types")
+            names = [t.name for t in self.types]
+            if len(set(names)) != len(names):
+                raise ScenarioFieldError("population.types", f"type names must differ, got {names}")
+        names = [a.name for a in self.availability if a.name is not None]
+        if len(set(names)) != len(names):
+            raise ScenarioFieldError("population.availability", f"entry names must differ, got {names}")
+        if self.ties or self.types:
+            from emulator.system.ties import check_ties  # the rules live beside the code that applies them
+
+            check_ties(self)
         return self
 
 
@@ -590,6 +771,14 @@ class Scenario(Strict):
                                                                         "system.model: simulated")
             if self.system.deadline_s is not None:
                 raise ScenarioFieldError("system.deadline_s", "deadlines only apply with system.model: simulated")
+            if population.ties:
+                raise ScenarioFieldError("population.ties", "ties set behaviour, which only exists with system.model: "
+                                         "simulated (the ideal model keeps everyone online at one speed)")
+            behaving = [t.name for t in population.types or [] if any(t.behaviour(b) is not None for b in TYPE_BEHAVIOURS)]
+            if behaving:
+                raise ScenarioFieldError("population.types", f"type(s) {behaving} set behaviour, which only exists "
+                                         "with system.model: simulated")
+        _check_classes(self)
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self
@@ -598,9 +787,72 @@ class Scenario(Strict):
 class ScenarioFieldError(ValueError):
     """Raised inside validators to point at a field other than the one being validated."""
 
-    def __init__(self, path: str, message: str):
+    def __init__(self, path: str, message: str, relative: bool | None = None):
         super().__init__(f"{path}: {message}")
         self.path, self.message = path, message
+        # a path without a top-level section is relative to the model being validated (e.g. a Tie's `values`)
+        self.relative = relative if relative is not None else path.split(".")[0] not in Scenario.model_fields
+
+
+def dataset_classes(data: DataConfig) -> int:
+    """How many classes a dataset has, known without loading it."""
+    if data.dataset == "synthetic":
+        return data.synthetic.classes
+    if data.dataset == "emnist":
+        return {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26,
+                "mnist": 10}[data.emnist_split]
+    return 10
+
+
+def _check_classes(scenario) -> None:
+    """Classes named in population.ties and .types exist in the dataset; types and scheme types agree."""
+    population, data = scenario.population, scenario.data
+    classes = dataset_classes(data)
+    label_types = [t for t in population.types or [] if t.labels is not None or t.prototype is not None]
+
+    def check(where, named):
+        bad = sorted({c for c in named if not 0 <= c < classes})
+        if bad:
+            raise ScenarioFieldError(where, f"class(es) {bad} do not exist: {data.dataset} has classes 0..{classes - 1}")
+
+    for i, tie in enumerate(population.ties):
+        if tie.classes is not None:
+            check(f"population.ties.{i}.classes", tie.classes)
+        for j, group in enumerate(tie.groups or []):
+            check(f"population.ties.{i}.groups.{j}", group)
+        if tie.by == "dominant_label" and tie.groups is None and tie.values is not None and len(tie.values) != classes:
+            raise ScenarioFieldError(f"population.ties.{i}.values", f"by: dominant_label puts devices in "
+                                     f"{classes} groups (one per class of {data.dataset}); give {classes} values, "
+                                     f"or group the classes with groups: [[...], ...]")
+        if tie.by == "label_group" and len(tie.values or []) != len(tie.groups):
+            raise ScenarioFieldError(f"population.ties.{i}.values", f"{len(tie.values or [])} values for "
+                                     f"{len(tie.groups)} groups; give one value per group")
+        if tie.by == "dominant_label" and tie.groups is not None and len(tie.values or []) != len(tie.groups):
+            raise ScenarioFieldError(f"population.ties.{i}.values", f"{len(tie.values or [])} values for "
+                                     f"{len(tie.groups)} groups; give one value per group")
+        if tie.by == "cluster" and len(tie.values or []) != tie.k:
+            raise ScenarioFieldError(f"population.ties.{i}.values", f"{len(tie.values or [])} values for k = "
+                                     f"{tie.k} clusters; give one value per cluster")
+    for k, user_type in enumerate(population.types or []):
+        if user_type.labels is not None:
+            check(f"population.types.{k}.labels", user_type.labels)
+        if user_type.prototype is not None and len(user_type.prototype) != classes:
+            raise ScenarioFieldError(f"population.types.{k}.prototype", f"{len(user_type.prototype)} weights, but "
+                                     f"{data.dataset} has {classes} classes; give one weight per class")
+    scheme = data.partition.scheme
+    if scheme == "types":
+        if not population.types:
+            raise ScenarioFieldError("data.partition.scheme", "'types' draws each device's data from its latent "
+                                     "type: define population.types (with labels or prototype)")
+        missing = [t.name for t in population.types if t.labels is None and t.prototype is None]
+        if missing:
+            raise ScenarioFieldError("population.types", f"type(s) {missing} say nothing about their data: give "
+                                     "each type labels (a class set) or prototype (class weights)")
+    elif label_types:
+        raise ScenarioFieldError(f"population.types.{population.types.index(label_types[0])}.labels",
+                                 f"a type's labels only shape the data with data.partition.scheme: types (the "
+                                 f"partition is {scheme}); set that scheme, or drop labels/prototype to tie only "
+                                 "behaviour to the types")
 
 
 def dataset_input_shape(dataset: str, synthetic_dimension: int = 60) -> tuple[int, ...]:
@@ -739,7 +991,7 @@ def _absent_list(text: str, path: list[str | int], item: int | str) -> ScenarioE
                              f"use {where}.FIELD or {where}=VALUE")
     default = ""
     if field is not None and not field.is_required():
-        items = [d.model_dump(mode="json") if isinstance(d, BaseModel) else d
+        items = [d.model_dump(mode="json", exclude_none=True) if isinstance(d, BaseModel) else d
                  for d in field.get_default(call_default_factory=True) or []]
         default = f" (its default is {yaml.safe_dump(items, default_flow_style=True, width=10 ** 6).strip()})"
     return ScenarioError(f"--set {text!r}: {where} is not set in the scenario file, so it has no items to change "
@@ -805,9 +1057,11 @@ def _describe(err: dict) -> str:
     """One line per problem: the YAML path, what was given, and what is allowed."""
     loc, kind, ctx = list(err["loc"]), err["type"], err.get("ctx") or {}
     original = ctx.get("error")
-    if isinstance(original, ScenarioFieldError):
-        return f"{original.path}: {original.message}"
     model, path = _walk(loc)
+    if isinstance(original, ScenarioFieldError):
+        if original.relative and path:
+            return f"{'.'.join(str(p) for p in path)}.{original.path}: {original.message}"
+        return f"{original.path}: {original.message}"
     where = ".".join(str(p) for p in path) or "(top level)"
     given = err.get("input", _MISSING)
     if kind == "extra_forbidden":

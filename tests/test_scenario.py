@@ -137,7 +137,7 @@ def rejected(capsys, path: Path, *sets: str) -> str:
                                  "population.availability[-1].mean_on_s", "population.availability.-1.mean_on_s"])
 def test_overrides_reach_list_items_by_index(capsys, key):
     availability = validated(capsys, f"{key}=7200")["population"]["availability"]
-    assert availability == [{"kind": "markov", "share": 1.0, "mean_on_s": 7200.0, "mean_off_s": 10800.0}]
+    assert availability == [{"kind": "markov", "share": 1.0, "name": None, "mean_on_s": 7200.0, "mean_off_s": 10800.0}]
 
 
 def test_overrides_append_to_and_replace_lists(capsys):
@@ -145,7 +145,7 @@ def test_overrides_append_to_and_replace_lists(capsys):
                              "population.availability[+]={kind: always, share: 0.5}")["population"]["availability"]
     assert [a["kind"] for a in availability] == ["markov", "always"] and [a["share"] for a in availability] == [0.5] * 2
     replaced = validated(capsys, "population.availability=[{kind: always}]")["population"]["availability"]
-    assert replaced == [{"kind": "always", "share": 1.0}]
+    assert replaced == [{"kind": "always", "share": 1.0, "name": None}]
     scenario = load_scenario(QUICKSTART, ["population.availability[+]={kind: never, share: 0.25}",
                                           "population.availability[0].share=0.75",
                                           "population.availability[-1].share=0.25",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
-from emulator.data.partition import partition
+from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.synthetic import generate_synthetic
 from emulator.data.vision import DataUnavailableError, load_vision
@@ -12,7 +12,7 @@ from emulator.scenario import DataConfig, ScenarioError
 from emulator.seeding import rng
 
 
-def build_federation(data: DataConfig, devices: int, seed: int) -> Federation:
+def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> Federation:
     """The scenario's data split over `devices` devices, with the server set held out; a function of the seed.
 
     Each step draws from its own stream (synthetic, partition, server_set, test_subset), so changing, say,
@@ -22,10 +22,10 @@ def build_federation(data: DataConfig, devices: int, seed: int) -> Federation:
         if data.dataset == "synthetic":
             train, test, per_device = generate_synthetic(data.synthetic, devices, rng(seed, "synthetic"))
             if data.partition.scheme != "natural":
-                per_device = partition(train.y, train.num_classes, devices, data.partition, rng(seed, "partition"))
+                per_device = _split(train, devices, data.partition, seed, types)
         else:
             train, test = load_vision(data.dataset, data.root, data.download, data.emnist_split)
-            per_device = partition(train.y, train.num_classes, devices, data.partition, rng(seed, "partition"))
+            per_device = _split(train, devices, data.partition, seed, types)
         per_device, server = carve_server_set(per_device, train.y, train.num_classes, data.server_set,
                                               rng(seed, "server_set"))
     except ScenarioError:
@@ -36,6 +36,17 @@ def build_federation(data: DataConfig, devices: int, seed: int) -> Federation:
         keep = np.sort(rng(seed, "test_subset").choice(len(test), data.test_samples, replace=False))
         test = test.subset(keep)
     return Federation.from_lists(train, test, per_device, server)
+
+
+def _split(train: ArrayDataset, devices: int, spec, seed: int, types) -> list[np.ndarray]:
+    """The partition the scenario asks for; scheme types draws each device's data from its latent type."""
+    if spec.scheme == "types":
+        from emulator.system.ties import device_types
+
+        kinds = device_types([t.share for t in types], devices, seed)
+        return partition_types(train.y, train.num_classes, types, kinds, spec.size_sigma, spec.min_samples,
+                               rng(seed, "partition"))
+    return partition(train.y, train.num_classes, devices, spec, rng(seed, "partition"))
 
 
 __all__ = ["ArrayDataset", "Federation", "build_federation", "load_vision", "DataUnavailableError"]

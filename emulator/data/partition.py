@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.scenario import ClassesPartition, DirichletPartition, IidPartition, ShardsPartition
+from emulator.scenario import ClassesPartition, DirichletPartition, IidPartition, ShardsPartition, TypesPartition
 
 MAX_DIRICHLET_ATTEMPTS = 100
 REDRAW_MAX_SHORT = 20  # a draw leaving more devices below min_samples is topped up, not redrawn
@@ -234,6 +234,60 @@ def partition_shards(labels: np.ndarray, devices: int, shards_per_client: int,
     cut = keep.reshape(shards, shard_size)
     deal = rng.permutation(shards).reshape(devices, shards_per_client)
     return [cut[row].reshape(-1).astype(np.int64) for row in deal]
+
+
+def type_priors(types, num_classes: int) -> np.ndarray:
+    """(types x classes) label distribution of each latent type: uniform over its labels, or its prototype."""
+    priors = np.zeros((len(types), num_classes))
+    for k, user_type in enumerate(types):
+        if user_type.labels is not None:
+            priors[k, list(user_type.labels)] = 1.0
+        else:
+            priors[k] = user_type.prototype
+    return priors / priors.sum(axis=1, keepdims=True)
+
+
+def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np.ndarray, size_sigma: float,
+                    min_samples: int, rng: np.random.Generator) -> list[np.ndarray]:
+    """Each device's data drawn from its latent type.
+
+    Device i of type k holds min_samples + a share of the rest proportional to samples_k x a lognormal(0,
+    size_sigma) factor, with label mix q_i ~ Dirichlet(concentration_k x |support| x prior_k) over the
+    type's classes. Samples are dealt without replacement, devices in random order; what a class cannot
+    supply any more is redrawn over the classes that still have samples (weighted by q_i while any of
+    them has room, then by what is left), so types whose classes are scarce leak into other classes."""
+    labels = _labels(labels, num_classes)
+    n, devices = len(labels), len(device_type)
+    _check_devices(n, devices, min_samples)
+    priors = type_priors(types, num_classes)
+    weight = np.array([t.samples for t in types])[device_type]
+    if size_sigma > 0:
+        weight = weight * np.exp(size_sigma * rng.standard_normal(devices))
+    spare = n - devices * min_samples
+    sizes = min_samples + np.floor(spare * weight / weight.sum()).astype(np.int64)
+    concentration = np.array([t.concentration * np.count_nonzero(p) for t, p in zip(types, priors)])
+    alpha = concentration[device_type, None] * priors[device_type]
+    draws = rng.gamma(np.where(alpha > 0, alpha, 1.0)) * (alpha > 0)
+    totals = draws.sum(axis=1, keepdims=True)
+    mix = np.where(totals > 0, draws / np.where(totals > 0, totals, 1.0), priors[device_type])
+    wanted = rng.multinomial(sizes, mix)
+    pools = _class_pools(labels, num_classes, rng)
+    supply = np.array([len(p) for p in pools], dtype=np.int64)
+    order = rng.permutation(devices)  # who is served first when a class runs short
+    counts = np.zeros_like(wanted)
+    before = np.cumsum(wanted[order], axis=0) - wanted[order]
+    counts[order] = np.clip(supply[None, :] - before, 0, wanted[order])
+    left = supply - counts.sum(axis=0)
+    for device in order[counts[order].sum(axis=1) < sizes[order]]:  # only devices a class ran short for
+        short = sizes[device] - counts[device].sum()
+        while short > 0:
+            q = np.where(left > 0, mix[device], 0.0)
+            q = q / q.sum() if q.sum() > 0 else left / left.sum()
+            take = np.minimum(rng.multinomial(short, q), left)
+            counts[device] += take
+            left -= take
+            short -= take.sum()
+    return _assemble(pools, counts, rng)
 
 
 def partition(labels: np.ndarray, num_classes: int, devices: int, spec, rng: np.random.Generator) -> list[np.ndarray]:

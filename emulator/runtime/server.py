@@ -48,7 +48,7 @@ class FederatedServer:
             num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
             seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
             parameter_mask=param_vector.parameter_mask(self.model)))
-        self.system = build_system(self.scenario)
+        self.system = build_system(self.scenario, federation.label_counts())
         self.pool = RunnerPool(runners)
         self.round = 0
         self._events: list[tuple] = []

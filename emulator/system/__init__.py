@@ -6,11 +6,12 @@ from emulator.system.ideal import IdealSystem
 from emulator.system.simulated import SimulatedSystem
 
 
-def build_system(scenario) -> SystemModel:
+def build_system(scenario, label_counts=None) -> SystemModel:
+    """`label_counts` (devices x classes): the data each device holds, for behaviour tied to it."""
     if scenario.system.model == "ideal":
         return IdealSystem(scenario.population.devices, scenario.system.round_duration_s,
                            scenario.system.server.s_per_sample)
-    return SimulatedSystem(scenario)
+    return SimulatedSystem(scenario, label_counts)
 
 
 __all__ = ["CohortRequest", "RoundOutcome", "SystemModel", "IdealSystem", "SimulatedSystem", "build_system"]

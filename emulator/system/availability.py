@@ -89,10 +89,14 @@ class Markov(AvailabilityModel):
 
     kind = "markov"
 
-    def __init__(self, members, config, rng: np.random.Generator):
+    def __init__(self, members, config, rng: np.random.Generator, online_share: np.ndarray | None = None):
         super().__init__(members)
         n = len(members)
         self.mean_on, self.mean_off = config.mean_on_s, config.mean_off_s
+        if online_share is not None:  # tied to data: each member's own share, on periods kept as configured
+            share = np.where(np.isnan(online_share), self.mean_on / (self.mean_on + self.mean_off), online_share)
+            self.mean_on = np.full(n, float(config.mean_on_s))
+            self.mean_off = self.mean_on * (1.0 - share) / share
         self.rng = rng
         self.on = rng.random(n) < self.mean_on / (self.mean_on + self.mean_off)
         self.until = rng.exponential(np.where(self.on, self.mean_on, self.mean_off))  # memoryless residual
@@ -114,8 +118,18 @@ class Markov(AvailabilityModel):
             self.previous_start[stale] = self.start[stale]
             self.start[stale] = self.until[stale]
             self.on[stale] = ~self.on[stale]
-            self.until[stale] += self.rng.exponential(np.where(self.on[stale], self.mean_on, self.mean_off))
+            self.until[stale] += self.rng.exponential(np.where(self.on[stale], self._mean(self.mean_on, stale),
+                                                               self._mean(self.mean_off, stale)))
             stale = stale[self.until[stale] <= t]
+
+    @staticmethod
+    def _mean(mean, local):
+        return mean[local] if isinstance(mean, np.ndarray) else mean
+
+    def online_share(self) -> np.ndarray:
+        """Each member's long-run share of time online."""
+        share = self.mean_on / (self.mean_on + self.mean_off)
+        return np.broadcast_to(share, (len(self.members),))
 
     def _state(self, local: np.ndarray, t: float) -> tuple[np.ndarray, np.ndarray]:
         """(online at t, end of the period holding t)."""
@@ -170,12 +184,19 @@ class Diurnal(AvailabilityModel):
     kind = "diurnal"
     day_s = 86400.0
 
-    def __init__(self, members, config, rng: np.random.Generator, key: int):
+    def __init__(self, members, config, rng: np.random.Generator, key: int, world=None):
         super().__init__(members)
         n = len(members)
         zones = config.timezones
         shares = zones.shares if zones.shares is not None else [1 / len(zones.offsets_h)] * len(zones.offsets_h)
         self.zone_s = 3600.0 * np.asarray(zones.offsets_h, dtype=np.float64)[rng.choice(len(shares), n, p=shares)]
+        if world is not None:  # time zones tied to data (population.ties / .types): see system/ties.py
+            source = world.order("timezone", members, self.zone_s)
+            if source is not None:
+                self.zone_s = self.zone_s[source]
+            offsets = world.values("timezone", members)
+            if offsets is not None:
+                self.zone_s = np.where(np.isnan(offsets), self.zone_s, 3600.0 * offsets)
         spread = rng.uniform(-config.start_spread_h / 2, config.start_spread_h / 2, n) if config.start_spread_h else 0.0
         self.base_s = 3600.0 * (config.start_hour + spread) - self.zone_s  # local day 0's opening, in UTC seconds
         self.length_s = 3600.0 * config.hours
@@ -301,7 +322,7 @@ class Trace(AvailabilityModel):
 
     kind = "trace"
 
-    def __init__(self, members, config):
+    def __init__(self, members, config, stream: np.random.Generator | None = None, world=None):
         super().__init__(members)
         device, self.starts, self.ends = read_trace(config.file)
         traced = int(device.max()) + 1
@@ -314,6 +335,13 @@ class Trace(AvailabilityModel):
         self.first = np.searchsorted(device, np.arange(traced))  # first interval of each trace device
         self.last = np.searchsorted(device, np.arange(traced), side="right")
         self.trace_device = np.arange(len(members)) % traced
+        if config.assign == "random" and stream is not None:
+            self.trace_device = stream.permutation(self.trace_device)
+        self.online_s = np.bincount(device, weights=self.ends - self.starts, minlength=traced)  # per trace device
+        if world is not None:  # which trace device a member plays follows its data: see system/ties.py
+            source = world.order("trace", members, self.online_s[self.trace_device])
+            if source is not None:
+                self.trace_device = self.trace_device[source]
 
     def _locate(self, local, t):
         cycle = 0.0 if self.period is None else np.floor(t / self.period) * self.period
@@ -346,20 +374,25 @@ class Trace(AvailabilityModel):
 class AvailabilityMix:
     """The population's availability: each device belongs to one model, by the scenario's shares."""
 
-    def __init__(self, entries, num_devices: int, seed: int):
+    def __init__(self, entries, num_devices: int, seed: int, world=None):
         from emulator.seeding import rng
+        from emulator.system.ties import KEEP, entry_index
 
         self.num_devices = num_devices
         if len(entries) == 1:
             self.group = np.zeros(num_devices, dtype=np.uint8)
         else:
             self.group = assign_by_share([e.share for e in entries], num_devices, rng(seed, "availability-groups"))
+        tied = None if world is None else world.values(
+            "availability", np.arange(num_devices), lambda v: entry_index(entries, v, "availability", "entry"))
+        if tied is not None:  # the entry each device belongs to follows its data: the shares follow the groups
+            self.group = np.where(tied != KEEP, tied, self.group).astype(self.group.dtype)
         self.local = np.zeros(num_devices, dtype=np.int64)
         self.models: list[AvailabilityModel] = []
         for g, entry in enumerate(entries):
             members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
             self.local[members] = np.arange(len(members))
-            self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g))
+            self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g, world))
 
     def state(self) -> list[dict]:
         return [model.state() for model in self.models]
@@ -367,6 +400,16 @@ class AvailabilityMix:
     def load_state(self, state: list[dict]) -> None:
         for model, saved in zip(self.models, state):
             model.load_state(saved)
+
+    def timezone_h(self) -> np.ndarray | None:
+        """Each device's time zone in hours from UTC (NaN outside diurnal entries); None without any."""
+        diurnal = [m for m in self.models if isinstance(m, Diurnal)]
+        if not diurnal:
+            return None
+        out = np.full(self.num_devices, np.nan)
+        for model in diurnal:
+            out[model.members] = model.zone_s / 3600.0
+        return out
 
     def kind_of(self, devices: np.ndarray) -> np.ndarray:
         kinds = np.array([m.kind for m in self.models])
@@ -399,13 +442,14 @@ class AvailabilityMix:
         return self._dispatch("next_online", devices, t, np.float64)
 
 
-def _build(entry, members, stream, key) -> AvailabilityModel:
+def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
     if entry.kind == "always":
         return Always(members)
     if entry.kind == "never":
         return Never(members)
     if entry.kind == "markov":
-        return Markov(members, entry, stream)
+        share = None if world is None else world.values("online_share", members)
+        return Markov(members, entry, stream, share)
     if entry.kind == "diurnal":
-        return Diurnal(members, entry, stream, key)
-    return Trace(members, entry)
+        return Diurnal(members, entry, stream, key, world)
+    return Trace(members, entry, stream, world)

@@ -34,7 +34,47 @@ class DeviceProfiles:
         return len(self.s_per_sample)
 
     @classmethod
-    def draw(cls, population, rng: np.random.Generator) -> "DeviceProfiles":
+    def draw(cls, population, rng: np.random.Generator, world=None) -> "DeviceProfiles":
+        """Every device's hardware, drawn independently of its data; then `world` (population.ties and
+        .types, see system/ties.py) re-deals or sets compute and network where they are tied to data."""
+        profiles = cls._draw(population, rng)
+        if world is not None:
+            profiles._tie(population, world)
+        return profiles
+
+    def _tie(self, population, world) -> None:
+        from emulator.system.ties import KEEP, entry_index
+
+        everyone = np.arange(len(self))
+        compute_source = world.order("compute", everyone, self.s_per_sample)
+        if compute_source is not None:
+            self.s_per_sample = self.s_per_sample[compute_source]
+            if self.compute_tier is not None:
+                self.compute_tier = self.compute_tier[compute_source]
+        tiers = getattr(population.compute, "tiers", None)
+        tier = world.values("compute", everyone, lambda v: entry_index(tiers, v, "compute", "tier"))
+        if tier is not None:
+            chosen = tier != KEEP
+            self.compute_tier = np.where(chosen, tier, self.compute_tier).astype(self.compute_tier.dtype)
+            table = np.array([t.s_per_sample for t in tiers], dtype=np.float32)
+            self.s_per_sample = np.where(chosen, table[np.maximum(tier, 0)], self.s_per_sample)
+        network_source = world.order("network", everyone, self.down_mbps)
+        if network_source is not None:
+            self.down_mbps, self.up_mbps = self.down_mbps[network_source], self.up_mbps[network_source]
+            self.latency_s = self.latency_s[network_source]
+            if self.network_tier is not None:
+                self.network_tier = self.network_tier[network_source]
+        tiers = getattr(population.network, "tiers", None)
+        tier = world.values("network", everyone, lambda v: entry_index(tiers, v, "network", "tier"))
+        if tier is not None:
+            chosen = tier != KEEP
+            self.network_tier = np.where(chosen, tier, self.network_tier).astype(self.network_tier.dtype)
+            for column, field in (("down_mbps", "down_mbps"), ("up_mbps", "up_mbps"), ("latency_s", "latency_s")):
+                table = np.array([getattr(t, field) for t in tiers], dtype=np.float32)
+                setattr(self, column, np.where(chosen, table[np.maximum(tier, 0)], getattr(self, column)))
+
+    @classmethod
+    def _draw(cls, population, rng: np.random.Generator) -> "DeviceProfiles":
         n = population.devices
         compute, network = population.compute, population.network
         compute_tier = network_tier = None

@@ -31,19 +31,27 @@ from emulator.seeding import rng
 from emulator.system.availability import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.profiles import DeviceProfiles
+from emulator.system.ties import World
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 class SimulatedSystem(SystemModel):
-    def __init__(self, scenario):
+    def __init__(self, scenario, label_counts: np.ndarray | None = None):
+        """`label_counts` (devices x classes) is the data each device holds: behaviour tied to it
+        (population.ties, .types) needs it; an untied world draws the same as without it."""
         population, config = scenario.population, scenario.system
         super().__init__(population.devices, config.server.s_per_sample)
         self.config = config
-        self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"))
-        self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed)
+        self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
+        self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)
+        self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed, self.world)
         self.compute_jitter = population.compute_jitter
-        self.dropout_per_hour = population.dropout_per_hour
+        self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
+        if self.world is not None:
+            rates = self.world.values("dropout_per_hour", np.arange(population.devices))
+            if rates is not None:
+                self.dropout_per_hour = np.where(np.isnan(rates), population.dropout_per_hour, rates)
         self._everyone = np.arange(population.devices, dtype=np.int64)
 
     # ------------------------------------------------------------------------------------------ rounds
@@ -122,7 +130,12 @@ class SimulatedSystem(SystemModel):
         lost_at = np.full(len(devices), np.inf)
         if checked_in.any():
             lost_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
-        if self.dropout_per_hour > 0:
+        if np.ndim(self.dropout_per_hour):  # one rate per device (tied to data)
+            rate = self.dropout_per_hour[devices]
+            hazard = stream.standard_exponential(len(devices)) * 3600.0
+            lost_at = np.minimum(lost_at, start + np.divide(hazard, rate, out=np.full(len(devices), np.inf),
+                                                            where=rate > 0))
+        elif self.dropout_per_hour > 0:
             lost_at = np.minimum(lost_at, start + stream.exponential(3600.0 / self.dropout_per_hour, len(devices)))
         dropped = lost_at < finish
         return {"start": start, "download_done": start + down, "finish": finish, "lost_at": lost_at,
@@ -192,6 +205,20 @@ class SimulatedSystem(SystemModel):
         return float(times[~never].min()) if (~never).any() else float("inf")
 
     def describe_devices(self) -> dict[str, np.ndarray]:
+        """participation.csv's behaviour columns: the availability entry, hardware and, in a world tied to
+        data, each device's type, group and the dropout rate it got."""
         p = self.profiles
-        return {"availability": self.availability.kind_of(self._everyone), "s_per_sample": p.s_per_sample,
-                "down_mbps": p.down_mbps, "up_mbps": p.up_mbps, "latency_s": p.latency_s}
+        columns = {"availability": self.availability.kind_of(self._everyone), "s_per_sample": p.s_per_sample,
+                   "down_mbps": p.down_mbps, "up_mbps": p.up_mbps, "latency_s": p.latency_s}
+        if p.compute_tier is not None:
+            columns["compute_tier"] = p.compute_tier
+        if p.network_tier is not None:
+            columns["network_tier"] = p.network_tier
+        timezone = self.availability.timezone_h()
+        if timezone is not None:
+            columns["timezone_h"] = timezone
+        if np.ndim(self.dropout_per_hour):
+            columns["dropout_per_hour"] = self.dropout_per_hour
+        if self.world is not None:
+            columns.update(self.world.columns)
+        return columns

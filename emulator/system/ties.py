@@ -1,0 +1,288 @@
+"""Behaviour tied to data: latent user types and rules over the partition (population.types, .ties).
+
+Every tie says, for one behaviour (compute, network, availability entry, time zone, dropout rate, online
+share, trace device), what each device gets given the data it holds. The system model first draws every
+behaviour as if nothing were tied (the same streams as an untied world), then asks `World` what a tie
+changes:
+
+- `order(behaviour, members, keys)`: a rank tie re-deals the values the members drew (keys: one number per
+  member, e.g. seconds per sample) so that the member with the highest statistic gets the highest value;
+- `values(behaviour, members)`: a group or scale tie, or the latent types, give each member its value
+  (NaN / -1: keep what it drew).
+
+population.correlation c loosens every tie alike: the tie is applied in full, then a seeded share 1 - c of
+the devices swap what they got at random among themselves. The data never changes and the fleet's make-up
+(how many devices are slow, in each time zone, ...) does not change with c; only who gets what does. At
+c = 0 behaviour is independent of data. The devices released at c are among those released at any c' < c,
+so a scan over c changes the world gradually.
+
+Everything is vectorised over the population and happens once, when the world is built.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.data import statistics
+from emulator.scenario import TYPE_BEHAVIOURS, ScenarioError, ScenarioFieldError
+from emulator.seeding import rng
+from emulator.system.profiles import assign_by_share
+
+KEEP = -1  # an index value meaning "keep what the device drew"
+
+
+# ----------------------------------------------------------------------------------------- pure parts
+def loosened(values: np.ndarray, correlation: float, stream: np.random.Generator) -> np.ndarray:
+    """`values` with a share 1 - correlation of the positions swapped at random among themselves.
+
+    The released positions are those with the smallest of one uniform draw per position, so for a given
+    stream the devices released at a higher correlation are among those released at a lower one."""
+    values = np.asarray(values)
+    n = len(values)
+    order = np.argsort(stream.random(n), kind="stable")
+    free = int(round((1.0 - correlation) * n))
+    out = values.copy()
+    if free >= 2:
+        released = order[:free]
+        out[released] = values[released[stream.permutation(free)]]
+    return out
+
+
+def rank_source(statistic: np.ndarray, keys: np.ndarray, direction: str,
+                stream: np.random.Generator) -> np.ndarray:
+    """source[j] = the position whose value device j gets, so that values sorted by key follow the
+    devices sorted by statistic (direction "same": the highest statistic gets the highest key). Ties on
+    either side are broken at random."""
+    n = len(statistic)
+    devices = np.lexsort((stream.random(n), statistic))
+    values = np.lexsort((stream.random(n), keys))
+    if direction == "opposite":
+        values = values[::-1]
+    source = np.empty(n, dtype=np.int64)
+    source[devices] = values
+    return source
+
+
+def scaled(statistic: np.ndarray, low: float, high: float, shape: str = "linear", exponent: float = 1.0,
+           span: list[float] | None = None) -> np.ndarray:
+    """A number per device from low (at the lowest statistic) to high (at the highest).
+
+    linear: in the statistic over `span` (default: its observed min..max); rank: in its rank; power:
+    x = s**exponent / max(s**exponent) (FLGo's more-data-first with exponent beta, less-data-first with
+    -beta), then low + (high - low) x."""
+    s = np.asarray(statistic, dtype=np.float64)
+    if shape == "rank":
+        ranks = np.empty(len(s))
+        ranks[np.argsort(s, kind="stable")] = np.arange(len(s))
+        x = ranks / max(len(s) - 1, 1)
+    elif shape == "power":
+        g = np.power(np.maximum(s, 1e-12), exponent)
+        x = g / g.max()
+    else:
+        lo, hi = (span if span is not None else (s.min(), s.max()))
+        x = np.clip((s - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.full(len(s), 0.5)
+    return low + (high - low) * x
+
+
+def device_types(shares: list[float], devices: int, seed: int) -> np.ndarray:
+    """Each device's latent type (exactly round(share x devices) per type, in random order): the same for
+    the partitioner, which draws the device's data from it, and for the system model."""
+    return assign_by_share(shares, devices, rng(seed, "types")).astype(np.int64)
+
+
+# ---------------------------------------------------------------------------------------- the world
+class World:
+    """What population.types and population.ties make of each device, given the data it holds."""
+
+    def __init__(self, population, label_counts: np.ndarray | None, seed: int, classes: int | None = None):
+        self.population = population
+        self.seed = seed
+        self.correlation = population.correlation
+        self.label_counts = label_counts
+        self.ties = {tie.sets: (i, tie) for i, tie in enumerate(population.ties)}
+        self.columns: dict[str, np.ndarray] = {}  # per-device columns for participation.csv
+        self.types = population.types
+        n = population.devices
+        if self.ties and label_counts is None:
+            raise ScenarioError("population.ties: ties need the devices' data (label counts)")
+        if label_counts is not None and len(label_counts) != n:
+            raise ScenarioError(f"population.devices: {n}, but the data has {len(label_counts)} devices")
+        if self.types:
+            self.data_type = device_types([t.share for t in self.types], n, seed)
+            self.behaviour_type = loosened(self.data_type, self.correlation, rng(seed, "ties", "types"))
+            names = np.array([t.name for t in self.types])
+            self.columns["type"] = names[self.data_type]
+            self.columns["behaves_as"] = names[self.behaviour_type]
+        self._groups: dict[str, np.ndarray] = {}
+        for behaviour, (i, tie) in self.ties.items():
+            if tie.values is not None:
+                self._groups[behaviour] = self._group_of(i, tie, classes)
+
+    # ------------------------------------------------------------------------------- statistics
+    def _statistic(self, tie) -> np.ndarray:
+        if tie.by == "cluster":
+            raise AssertionError("cluster is a group statistic")
+        return statistics.numeric_statistic(self.label_counts, tie.by, tie.classes)
+
+    def _group_of(self, i: int, tie, classes: int | None) -> np.ndarray:
+        counts = self.label_counts
+        where = f"population.ties.{i}"
+        if tie.by == "cluster":
+            group = statistics.label_clusters(counts, tie.k, rng(self.seed, "ties", "cluster", i))
+            count = tie.k
+        elif tie.by == "label_group":
+            group, count = statistics.label_group(counts, tie.groups), len(tie.groups)
+        elif tie.groups is not None:  # dominant_label, grouped
+            group, count = statistics.group_of_dominant(counts, tie.groups), len(tie.groups)
+            if (group < 0).any():
+                missing = sorted(set(np.unique(statistics.dominant_label(counts)[group < 0]).tolist()))
+                raise ScenarioError(f"{where}.groups: devices whose dominant label is {missing} are in no group; "
+                                    "put every class in a group")
+        else:
+            group, count = statistics.dominant_label(counts), counts.shape[1]
+        if len(tie.values) != count:
+            raise ScenarioError(f"{where}.values: {len(tie.values)} values for {count} groups (by: {tie.by}); give "
+                                f"one value per group")
+        sizes = np.bincount(group, minlength=count)
+        if (sizes == 0).any():
+            empty = np.flatnonzero(sizes == 0).tolist()
+            raise ScenarioError(f"{where}: group(s) {empty} hold no device, so their values apply to nobody; "
+                                f"change {'groups' if tie.groups else 'by'} or the partition (data.partition)")
+        self.columns[f"group_{tie.sets}"] = group
+        return group
+
+    # ------------------------------------------------------------------------------- questions
+    def tied(self, behaviour: str) -> bool:
+        return behaviour in self.ties or bool(self.types) and any(
+            t.behaviour(behaviour) is not None for t in self.types)
+
+    def order(self, behaviour: str, members: np.ndarray, keys: np.ndarray) -> np.ndarray | None:
+        """For a rank tie on `behaviour`: source positions (into `members`) of the values each member gets,
+        loosened by the correlation; None when `behaviour` has no rank tie."""
+        if behaviour not in self.ties:
+            return None
+        i, tie = self.ties[behaviour]
+        if tie.values is not None or tie.scale is not None:
+            return None
+        statistic = self._statistic(tie)[members]
+        if len(members) and statistic.min() == statistic.max():
+            raise ScenarioError(f"population.ties.{i}.by: every device has the same {tie.by} "
+                                f"({statistic.min():g}), so ranking by it ties nothing; choose another statistic "
+                                "or classes")
+        stream = rng(self.seed, "ties", behaviour)
+        source = rank_source(statistic, np.asarray(keys), tie.direction, stream)
+        self.columns[f"rank_{behaviour}"] = _full(self.population.devices, members, statistic, np.nan)
+        return loosened(source, self.correlation, stream)
+
+    def values(self, behaviour: str, members: np.ndarray, resolve=None):
+        """For a group or scale tie, or the types: each member's value (resolved by `resolve`, e.g. a tier
+        name to its index), loosened by the correlation; None when nothing sets `behaviour`."""
+        if self.types and any(t.behaviour(behaviour) is not None for t in self.types):
+            table = [t.behaviour(behaviour) for t in self.types]
+            return _lookup(table, self.behaviour_type[members], resolve)  # loosened with the types
+        if behaviour not in self.ties:
+            return None
+        i, tie = self.ties[behaviour]
+        stream = rng(self.seed, "ties", behaviour)
+        if tie.values is not None:
+            assigned = _lookup(tie.values, self._groups[behaviour][members], resolve)
+        elif tie.scale is not None:
+            statistic = self._statistic(tie)[members]
+            assigned = scaled(statistic, tie.scale[0], tie.scale[1], tie.shape, tie.exponent, tie.range)
+        else:
+            return None
+        return loosened(assigned, self.correlation, stream)
+
+
+def _lookup(table: list, index: np.ndarray, resolve) -> np.ndarray:
+    resolved = [resolve(v) if resolve is not None and v is not None else v for v in table]
+    if all(isinstance(v, (int, np.integer)) or v is None for v in resolved):
+        array = np.array([KEEP if v is None else v for v in resolved], dtype=np.int64)
+    else:
+        array = np.array([np.nan if v is None else v for v in resolved], dtype=np.float64)
+    return array[index]
+
+
+def _full(n: int, members: np.ndarray, values: np.ndarray, fill) -> np.ndarray:
+    out = np.full(n, fill, dtype=np.float64)
+    out[members] = values
+    return out
+
+
+# ------------------------------------------------------------------------------- static checks
+def entry_index(entries, value, where: str, what: str) -> int:
+    """An availability entry or tier given by name or index -> its index."""
+    names = [getattr(e, "name", None) for e in entries]
+    if isinstance(value, str):
+        if value not in names:
+            known = [n for n in names if n is not None]
+            raise ScenarioFieldError(where, f"no {what} named {value!r}; named ones: {known or 'none (give them a name:)'}"
+                                     f", or use an index 0..{len(entries) - 1}")
+        return names.index(value)
+    if not 0 <= int(value) < len(entries):
+        raise ScenarioFieldError(where, f"{what} index {value} out of range; there are {len(entries)} (0..{len(entries) - 1})")
+    return int(value)
+
+
+def check_ties(population) -> None:
+    """Cross-field rules of population.ties and .types (run when the scenario is validated)."""
+    kinds = [a.kind for a in population.availability]
+    needs_entry = {"timezone": ("diurnal", "a diurnal availability entry (time zones belong to diurnal windows)"),
+                   "online_share": ("markov", "a markov availability entry (an online share sets its off periods)"),
+                   "trace": ("trace", "a trace availability entry")}
+    tied: dict[str, str] = {}
+    for i, tie in enumerate(population.ties):
+        where = f"population.ties.{i}"
+        if tie.sets in tied:
+            raise ScenarioFieldError(f"{where}.sets", f"{tie.sets} is already tied by {tied[tie.sets]}; tie each "
+                                     "behaviour once")
+        tied[tie.sets] = where
+        if tie.by == "type":
+            raise ScenarioFieldError(f"{where}.by", "behaviour by type is given in population.types itself")
+        _check_target(population, tie.sets, kinds, needs_entry, f"{where}.sets")
+        if tie.values is not None:
+            for j, value in enumerate(tie.values):
+                _check_value(population, tie.sets, value, f"{where}.values.{j}")
+    for k, user_type in enumerate(population.types or []):
+        for behaviour in TYPE_BEHAVIOURS:
+            value = user_type.behaviour(behaviour)
+            if value is None:
+                continue
+            where = f"population.types.{k}.{behaviour}"
+            if behaviour in tied:
+                raise ScenarioFieldError(where, f"{behaviour} is also tied by {tied[behaviour]}; set it in the types "
+                                         "or in a tie, not both")
+            _check_target(population, behaviour, kinds, needs_entry, where)
+            _check_value(population, behaviour, value, where)
+
+
+def _check_target(population, behaviour, kinds, needs_entry, where) -> None:
+    if behaviour in needs_entry and needs_entry[behaviour][0] not in kinds:
+        raise ScenarioFieldError(where, f"{behaviour} needs {needs_entry[behaviour][1]} in population.availability")
+    if behaviour == "availability" and len(population.availability) < 2:
+        raise ScenarioFieldError(where, "tying availability needs at least two entries in population.availability "
+                                 "to choose between")
+
+
+def _check_value(population, behaviour, value, where) -> None:
+    if behaviour in ("compute", "network"):
+        section = getattr(population, behaviour)
+        if section.kind != "tiers":
+            raise ScenarioFieldError(where, f"a {behaviour} value names a tier, but population.{behaviour} is "
+                                     f"{section.kind}; use kind: tiers, or a rank tie (leave values out)")
+        entry_index(section.tiers, value, where, f"population.{behaviour} tier")
+    elif behaviour == "availability":
+        entry_index(population.availability, value, where, "population.availability entry")
+
+
+def check_world(scenario, federation) -> None:
+    """Build the world's ties on the actual data once, so a tie the data cannot satisfy (a group no
+    device falls in, a statistic every device shares) is a ScenarioError before anything starts."""
+    population = scenario.population
+    if scenario.system.model != "simulated" or not (population.ties or population.types):
+        return
+    world = World(population, federation.label_counts(), scenario.seed)
+    everyone = np.arange(population.devices)
+    for behaviour, (i, tie) in world.ties.items():
+        if tie.values is None:
+            world.order(behaviour, everyone, np.zeros(len(everyone))) if tie.scale is None else \
+                world.values(behaviour, everyone)
