@@ -83,9 +83,9 @@ class ShardsPartition(Strict):
 
 class TypesPartition(Strict):
     """Each device's data drawn from its latent type (population.types): a label mix ~ Dirichlet around the
-    type's labels or prototype, and a size proportional to the type's `samples` (times a lognormal factor
-    with sigma size_sigma). Samples are drawn without replacement; a device whose type's classes have run
-    out takes the rest from the classes that still have samples."""
+    type's labels or prototype, and an amount weighted by the type's `samples` (times a lognormal factor
+    with sigma size_sigma). A class's samples are shared among the types that hold it, so a device never
+    holds another type's classes; classes no type holds are left out."""
 
     scheme: Literal["types"] = "types"
     size_sigma: float = Field(0.0, ge=0)

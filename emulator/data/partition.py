@@ -249,44 +249,46 @@ def type_priors(types, num_classes: int) -> np.ndarray:
 
 def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np.ndarray, size_sigma: float,
                     min_samples: int, rng: np.random.Generator) -> list[np.ndarray]:
-    """Each device's data drawn from its latent type.
+    """Each device's data drawn from its latent type, never from another type's classes.
 
-    Device i of type k holds min_samples + a share of the rest proportional to samples_k x a lognormal(0,
-    size_sigma) factor, with label mix q_i ~ Dirichlet(concentration_k x |support| x prior_k) over the
-    type's classes. Samples are dealt without replacement, devices in random order; what a class cannot
-    supply any more is redrawn over the classes that still have samples (weighted by q_i while any of
-    them has room, then by what is left), so types whose classes are scarce leak into other classes."""
+    Each class's samples go to the types that hold it, in proportion to share x samples x the type's
+    weight on the class (classes no type holds are left out). Within a type, device i has a label mix
+    q_i ~ Dirichlet(concentration x |support| x prior) over the type's classes and a weight w_i (the
+    type's samples x a lognormal(0, size_sigma) factor), and a class's budget is split among the type's
+    devices in proportion to w_i q_i(c). Devices left below min_samples are topped up from the largest
+    holders of their main class (see _top_up)."""
     labels = _labels(labels, num_classes)
     n, devices = len(labels), len(device_type)
     _check_devices(n, devices, min_samples)
     priors = type_priors(types, num_classes)
+    members = np.bincount(device_type, minlength=len(types)).astype(np.float64)
+    demand = (members * np.array([t.samples for t in types]))[:, None] * priors  # (types, classes)
+    pools = _class_pools(labels, num_classes, rng)
+    supply = np.array([len(p) for p in pools], dtype=np.int64)
+    wanted = demand.sum(axis=0)
+    budget = np.zeros_like(demand, dtype=np.int64)
+    for c in np.flatnonzero(wanted > 0):
+        budget[:, c] = rng.multinomial(supply[c], demand[:, c] / wanted[c])
     weight = np.array([t.samples for t in types])[device_type]
     if size_sigma > 0:
         weight = weight * np.exp(size_sigma * rng.standard_normal(devices))
-    spare = n - devices * min_samples
-    sizes = min_samples + np.floor(spare * weight / weight.sum()).astype(np.int64)
     concentration = np.array([t.concentration * np.count_nonzero(p) for t, p in zip(types, priors)])
     alpha = concentration[device_type, None] * priors[device_type]
     draws = rng.gamma(np.where(alpha > 0, alpha, 1.0)) * (alpha > 0)
     totals = draws.sum(axis=1, keepdims=True)
     mix = np.where(totals > 0, draws / np.where(totals > 0, totals, 1.0), priors[device_type])
-    wanted = rng.multinomial(sizes, mix)
-    pools = _class_pools(labels, num_classes, rng)
-    supply = np.array([len(p) for p in pools], dtype=np.int64)
-    order = rng.permutation(devices)  # who is served first when a class runs short
-    counts = np.zeros_like(wanted)
-    before = np.cumsum(wanted[order], axis=0) - wanted[order]
-    counts[order] = np.clip(supply[None, :] - before, 0, wanted[order])
-    left = supply - counts.sum(axis=0)
-    for device in order[counts[order].sum(axis=1) < sizes[order]]:  # only devices a class ran short for
-        short = sizes[device] - counts[device].sum()
-        while short > 0:
-            q = np.where(left > 0, mix[device], 0.0)
-            q = q / q.sum() if q.sum() > 0 else left / left.sum()
-            take = np.minimum(rng.multinomial(short, q), left)
-            counts[device] += take
-            left -= take
-            short -= take.sum()
+    counts = np.zeros((devices, num_classes), dtype=np.int64)
+    for k in range(len(types)):
+        own = np.flatnonzero(device_type == k)
+        for c in np.flatnonzero(budget[k]):
+            p = weight[own] * mix[own, c]
+            if p.sum() > 0:
+                counts[own, c] = rng.multinomial(budget[k, c], p / p.sum())
+    if (counts.sum(axis=1) < min_samples).any():
+        if counts.sum() < devices * min_samples:
+            raise ValueError(f"data.partition.min_samples: the types' classes hold {counts.sum()} samples, fewer "
+                             f"than {devices} devices x {min_samples}; lower min_samples or population.devices")
+        _top_up(counts, (mix * weight[:, None]).argmax(axis=1), min_samples)
     return _assemble(pools, counts, rng)
 
 
