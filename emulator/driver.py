@@ -31,7 +31,7 @@ from emulator.results import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
-from emulator.runtime.server import ServerActor
+from emulator.runtime.server import CLASS_ACCURACY, ServerActor
 from emulator.scenario import Scenario, ScenarioError, load_scenario
 from emulator.seeding import torch_seed
 
@@ -268,6 +268,9 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                 row = server.call("run_round", stop=stop)
                 r = int(row["round"])
                 row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
+                class_accuracy = row.pop(CLASS_ACCURACY, None)
+                if class_accuracy is not None:  # before the metrics row: a round on record has its classes
+                    directory.append_class_accuracy(r, row["sim_time_s"], class_accuracy)
                 directory.append(row)
                 if board is not None:
                     board.append(row)

@@ -180,6 +180,19 @@ class RunDirectory:
             handle.flush()
             os.fsync(handle.fileno())
 
+    def append_class_accuracy(self, round_index: int, sim_time_s: float, accuracy: list) -> None:
+        """One evaluation's per-class test accuracy (None for a class without test samples): round,
+        sim_time_s, acc_0 ... acc_{C-1}. On disk when this returns, as metrics rows are."""
+        path = self.path / CLASS_ACCURACY_FILE
+        new = not path.exists()
+        with open(path, "a", newline="") as handle:
+            writer = csv.writer(handle)
+            if new:
+                writer.writerow(class_accuracy_columns(len(accuracy)))
+            writer.writerow([round_index, _cell(float(sim_time_s))] + [_cell(a) for a in accuracy])
+            handle.flush()
+            os.fsync(handle.fileno())
+
     def write_participation(self, columns: dict) -> None:
         """One row per device: its counters (selected, reported, dropped, straggled) and profile.
 
@@ -201,9 +214,9 @@ class RunDirectory:
 
     # ------------------------------------------------------------------------------------- rewinding
     def rewind(self, round_done: int) -> list[dict]:
-        """Keep the metrics (and events) of rounds up to `round_done`, the checkpoint's: later rounds are
-        run again, with the same results. Rows are kept only up to the first damaged one (a line cut
-        short by a full disk or a kill, whatever the fragment). Returns the kept metrics rows."""
+        """Keep the metrics (and events, class accuracies) of rounds up to `round_done`, the checkpoint's:
+        later rounds are run again, with the same results. Rows are kept only up to the first damaged one (a
+        line cut short by a full disk or a kill, whatever the fragment). Returns the kept metrics rows."""
         self.close()  # the metrics file is replaced below: reopen it afterwards
         kept: list[dict] = []
         if self.metrics_path.exists():
@@ -215,6 +228,10 @@ class RunDirectory:
             event_columns, event_rows = valid_rows(events, _event_row_ok)
             self._rewrite(events, [r for r in event_rows if int(r["round"]) <= round_done],
                           event_columns or list(EVENT_COLUMNS))
+        classes = self.path / CLASS_ACCURACY_FILE
+        if classes.exists():
+            class_columns, class_rows = valid_rows(classes, _class_row_ok)
+            self._rewrite(classes, [r for r in class_rows if int(r["round"]) <= round_done], class_columns)
         return kept
 
     @staticmethod
@@ -258,6 +275,11 @@ def _cell(value):
 
 
 EVENT_COLUMNS = ("round", "time_s", "device", "event")
+CLASS_ACCURACY_FILE = "class_accuracy.csv"
+
+
+def class_accuracy_columns(classes: int) -> list[str]:
+    return ["round", "sim_time_s"] + [f"acc_{c}" for c in range(classes)]
 
 
 def _number(text) -> bool:
@@ -287,6 +309,10 @@ def _is_text(value: str) -> bool:
 def _event_row_ok(row: dict, _position: int) -> bool:
     return (row["round"].isdigit() and _number(row["time_s"]) and row["device"].isdigit()
             and row["event"].isidentifier())
+
+
+def _class_row_ok(row: dict, _position: int) -> bool:
+    return row["round"].isdigit() and row["sim_time_s"] != "" and all(_number(v) for v in row.values())
 
 
 def valid_rows(path: Path, row_ok) -> tuple[list[str], list[dict]]:

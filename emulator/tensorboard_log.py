@@ -7,13 +7,15 @@ and flushes them at once, so `tensorboard --logdir runs/` shows a round as soon 
     cohort/selected, cohort/participants, cohort/dropped, cohort/stragglers, cohort/cancelled, cohort/failed
     bytes/down, bytes/up, and the totals so far: bytes/down_total, bytes/up_total, bytes/total
     time/sim_time_s, time/round_duration_s, time/server_compute_s, time/wall_time_s
+    bias/label_tv, bias/label_tv_floor, bias/unseen_share, test/worst_class, test/worst_class_acc
     algorithm/<column> for every other numeric column (FAST's `algorithm/q`)
 
 TensorBoard's step must be an integer, so accuracy and loss against simulated time are a second group,
 `by_sim_time/test_acc`, `by_sim_time/test_loss`, `by_sim_time/train_acc` and `by_sim_time/train_loss`, whose
 step is the simulated clock at the end of the round in whole seconds (rounded down). Every event's wall time
 is real time. Cells that are None, empty or not numbers (`kind`) are left out: a round that was not evaluated
-has no `test/*` point.
+has no `test/*` point, a round without reports no `bias/label_tv*`. Keys starting with `_` are private to the
+server and driver (the per-class accuracies, which go to class_accuracy.csv) and are never logged.
 
 Resuming re-runs the rounds after the checkpoint (round k), which would otherwise show twice. SummaryWriter's
 `purge_step=k+1` alone would not do: the restart marker it writes drops every step from k+1 on in every tag,
@@ -42,6 +44,8 @@ TAGS = {
     "bytes_down": "bytes/down", "bytes_up": "bytes/up",
     "sim_time_s": "time/sim_time_s", "round_duration_s": "time/round_duration_s",
     "server_compute_s": "time/server_compute_s", "wall_time_s": "time/wall_time_s",
+    "label_tv": "bias/label_tv", "label_tv_floor": "bias/label_tv_floor", "unseen_share": "bias/unseen_share",
+    "worst_class": "test/worst_class", "worst_class_acc": "test/worst_class_acc",
 }
 BY_SIM_TIME = ("test_acc", "test_loss", "train_acc", "train_loss")  # also written as by_sim_time/<column>
 NOT_SCALARS = ("round", "kind", "sim_start_s")  # the step, a label, the previous round's sim_time_s
@@ -113,7 +117,7 @@ class TensorBoardLog:
         values, moved = {}, False
         for column, value in row.items():
             number = _number(value)
-            if column in NOT_SCALARS or number is None:
+            if column in NOT_SCALARS or column.startswith("_") or number is None:
                 continue
             values[TAGS.get(column, f"{OTHER_GROUP}/{column}")] = number
             if column in self._totals and math.isfinite(number):

@@ -100,20 +100,33 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     return TrainStats(steps, float(loss_sum) / steps, float(correct) / seen)
 
 
-@torch.no_grad()
 def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int) -> tuple[float, float]:
     """Mean cross-entropy and accuracy of `model` on a labelled set."""
+    loss, accuracy, _, _ = evaluate_by_class(model, inputs, labels, batch_size)
+    return loss, accuracy
+
+
+@torch.no_grad()
+def evaluate_by_class(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                      num_classes: int | None = None) -> tuple[float, float, np.ndarray, np.ndarray]:
+    """`evaluate`, plus per class how many samples were classified correctly and how many there are (so
+    that a skewed participation shows in the classes the model neglects). Their sums are the overall
+    counts: the accuracy is correct.sum() / total.sum()."""
     model.eval()
+    classes = num_classes if num_classes is not None else int(labels.max()) + 1 if len(labels) else 0
     if len(labels) == 0:
-        return float("nan"), float("nan")
+        return float("nan"), float("nan"), np.zeros(classes, np.int64), np.zeros(classes, np.int64)
     loss_sum = torch.zeros((), dtype=torch.float64, device=inputs.device)
-    correct = torch.zeros((), dtype=torch.int64, device=inputs.device)
+    correct = torch.zeros(classes, dtype=torch.int64, device=inputs.device)
     for start in range(0, len(labels), batch_size):
         x, y = inputs[start:start + batch_size], labels[start:start + batch_size]
         logits = model(x)
         loss_sum += F.cross_entropy(logits, y, reduction="sum").double()
-        correct += (logits.argmax(1) == y).sum()
-    return float(loss_sum) / len(labels), float(correct) / len(labels)
+        correct += torch.bincount(y[logits.argmax(1) == y], minlength=classes)[:classes]
+    total = torch.bincount(labels, minlength=classes)[:classes]
+    right = correct.cpu().numpy().astype(np.int64)
+    return (float(loss_sum) / len(labels), float(right.sum()) / len(labels), right,
+            total.cpu().numpy().astype(np.int64))
 
 
 def set_torch_threads(torch_threads: int | None) -> int:

@@ -12,6 +12,7 @@ import numpy as np
 import ray
 import torch
 
+from emulator import bias
 from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.selection import distinct_in_draw_order
@@ -21,11 +22,13 @@ from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
-from emulator.training import evaluate, seeded_generator, set_torch_threads, train_locally
+from emulator.training import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
-                "server_compute_s", "train_loss", "train_acc", "test_loss", "test_acc", "wall_time_s")
+                "server_compute_s", "train_loss", "train_acc", "test_loss", "test_acc", "label_tv", "label_tv_floor",
+                "unseen_share", "worst_class", "worst_class_acc", "wall_time_s")
+CLASS_ACCURACY = "_class_acc"  # a row's per-class test accuracies (evaluation rounds): class_accuracy.csv, not metrics
 
 
 class FederatedServer:
@@ -41,6 +44,10 @@ class FederatedServer:
         self.params = param_vector.flatten(self.model)
         self.model_bytes = param_vector.nbytes(self.model)
         self.sizes = federation.sizes
+        self.num_classes = federation.train.num_classes
+        self.label_counts = federation.label_counts()  # (devices, classes): what each device's data is
+        self.population_mix = bias.population_mix(self.label_counts)
+        self._floors: dict[int, float] = {}  # cohort size -> random-cohort TV floor (from the seed: not saved)
         self.test_x, self.test_y = federation.test.tensors()
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
@@ -50,6 +57,7 @@ class FederatedServer:
             parameter_mask=param_vector.parameter_mask(self.model)))
         self.system = build_system(self.scenario, federation.label_counts())
         self.pool = RunnerPool(runners)
+        self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
         self._events: list[tuple] = []
         self._ledgers: dict[int, dict] = {}
@@ -78,7 +86,8 @@ class FederatedServer:
         if plan.kind == "server":
             self.params, server_stats = self.algorithm.server_round(self.params, r)
             outcome = self.system.server_round(self.server_samples_this_round)
-            return self._row(r, plan, outcome, [], [server_stats])
+            nobody = np.zeros(0, np.int64)
+            return self._row(r, plan, outcome, nobody, nobody, [server_stats])
         down, up = self.algorithm.payload
         outcome = self.system.client_round(CohortRequest(
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
@@ -105,9 +114,9 @@ class FederatedServer:
             outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
             outcome.end_s = self.system.now_s
         self._events = [(r, t, d, e) for t, d, e in outcome.events]
-        return self._row(r, plan, outcome, devices, [u.stats for u in updates])
+        return self._row(r, plan, outcome, devices, counts, [u.stats for u in updates])
 
-    def _row(self, r: int, plan, outcome, devices, stats) -> dict:
+    def _row(self, r: int, plan, outcome, devices, counts, stats) -> dict:
         trained = [s for s in stats if s.steps > 0]
         row = {
             "round": r, "kind": plan.kind, "failed": int(outcome.failed), "sim_start_s": outcome.start_s,
@@ -119,12 +128,36 @@ class FederatedServer:
             "server_compute_s": outcome.server_compute_s,
             "train_loss": float(np.mean([s.loss for s in trained])) if trained else None,
             "train_acc": float(np.mean([s.accuracy for s in trained])) if trained else None,
-            "test_loss": None, "test_acc": None,
+            "test_loss": None, "test_acc": None, **self._bias(outcome, devices, counts),
+            "worst_class": None, "worst_class_acc": None,
         }
         if r % self.scenario.evaluation.every == 0 or r == self.scenario.rounds:
-            row["test_loss"], row["test_acc"] = self.evaluate()
+            row["test_loss"], row["test_acc"], accuracy = self.evaluate_classes()
+            row["worst_class"], row["worst_class_acc"] = bias.worst_class(accuracy)
+            row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
         row.update(self.algorithm.after_round(row))
         return row
+
+    def _bias(self, outcome, devices, counts) -> dict:
+        """The round's label TV against the population and its random-cohort floor (empty without
+        reports: server rounds, failed rounds), and the share of samples never reported so far."""
+        maybe_new = np.concatenate([np.asarray(outcome.selected, np.int64), np.asarray(devices, np.int64)])
+        unseen = self.unseen.update(maybe_new, self.system.ledger.counts["reported"])
+        weighting = getattr(self.scenario.algorithm, "weighting", "uniform")
+        mix = bias.label_mix(self.label_counts, devices, counts, weighting) if len(devices) else None
+        if mix is None:
+            return {"label_tv": None, "label_tv_floor": None, "unseen_share": unseen}
+        return {"label_tv": bias.total_variation(mix, self.population_mix),
+                "label_tv_floor": self.label_tv_floor(len(devices), weighting), "unseen_share": unseen}
+
+    def label_tv_floor(self, size: int, weighting: str) -> float:
+        """The mean label TV of uniformly random cohorts of `size` devices: computed once per size, from the
+        seed alone, so that it is the same after a resume and with any number of runners."""
+        if size not in self._floors:
+            self._floors[size] = bias.random_cohort_floor(
+                self.label_counts, size, weighting, rng(self.scenario.seed, "label-tv-floor", size),
+                population=self.population_mix)
+        return self._floors[size]
 
     def server_train(self, params: np.ndarray, spec, purpose: str):
         """SGD on the server's own data set from `params` (SAFARI's server rounds, FSL's server learning).
@@ -147,6 +180,7 @@ class FederatedServer:
         self.params = np.asarray(state["params"], dtype=np.float32).copy()
         self.algorithm.load_state(state["algorithm"])
         self.system.load_state(state["system"])
+        self.unseen.reset(self.system.ledger.counts["reported"])
         self._ledgers = {}
         self._keep_participation()
         return self.round
@@ -193,9 +227,17 @@ class FederatedServer:
                 **self.system.describe_devices()}
 
     def evaluate(self) -> tuple[float, float]:
+        loss, acc, _ = self.evaluate_classes()
+        return loss, acc
+
+    def evaluate_classes(self) -> tuple[float | None, float | None, np.ndarray]:
+        """Test loss, accuracy (None where there is no test set) and per-class accuracy (NaN for a class
+        without test samples)."""
         param_vector.load(self.model, self.params)
-        loss, acc = evaluate(self.model, self.test_x, self.test_y, self.scenario.evaluation.batch_size)
-        return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc)
+        loss, acc, correct, total = evaluate_by_class(self.model, self.test_x, self.test_y,
+                                                      self.scenario.evaluation.batch_size, self.num_classes)
+        return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc), \
+            bias.class_accuracy(correct, total)
 
     def get_params(self) -> np.ndarray:
         return self.params
