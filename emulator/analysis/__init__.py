@@ -8,7 +8,7 @@
 The library is `emulator.analysis`; the top-level `analysis/` folder of the repository holds scripts that
 use it.
 """
-from emulator.analysis.metrics import (final_accuracy, gini, lorenz_curve, participation_stats, rise_time,
+from emulator.analysis.metrics import (bias_stats, final_accuracy, gini, lorenz_curve, participation_stats, rise_time,
                                        round_time_stats, seed_statistics, snapshot_share, summarize,
                                        time_to_accuracy)
 from emulator.analysis.report import comparison_table, write_report
@@ -18,4 +18,4 @@ from emulator.analysis.runs import (NotARunError, Run, Selection, find_runs, gro
 __all__ = ["Run", "Selection", "NotARunError", "load_run", "load_runs", "load_metrics", "find_runs", "group_runs",
            "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",
            "lorenz_curve", "participation_stats", "round_time_stats", "snapshot_share", "seed_statistics",
-           "summarize", "comparison_table", "write_report"]
+           "summarize", "bias_stats", "comparison_table", "write_report"]

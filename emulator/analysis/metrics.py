@@ -76,6 +76,22 @@ def snapshot_share(metrics: pd.DataFrame) -> float:
     return float((metrics["kind"] == "snapshot").mean())
 
 
+def bias_stats(metrics: pd.DataFrame) -> dict:
+    """How far the reports' data was from the population's: the mean label TV over the rounds with reports,
+    its mean excess over the random-cohort floor (the part a finite cohort does not explain), the share
+    of training samples never reported by the end, and the worst class's accuracy at the last evaluation.
+    NaN for runs written before these columns existed."""
+    def column(name):
+        return metrics[name].astype(float) if name in metrics else pd.Series(np.nan, index=metrics.index)
+
+    tv, floor = column("label_tv"), column("label_tv_floor")
+    unseen, worst = column("unseen_share").dropna(), column("worst_class_acc").dropna()
+    return {"mean_label_tv": float(tv.mean()) if tv.notna().any() else math.nan,
+            "label_tv_excess": float((tv - floor).mean()) if (tv - floor).notna().any() else math.nan,
+            "unseen_share": float(unseen.iloc[-1]) if len(unseen) else math.nan,
+            "worst_class_acc": float(worst.iloc[-1]) if len(worst) else math.nan}
+
+
 def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target: float | None,
               last: int = 5) -> dict:
     """One row of the comparison table for one run."""
@@ -91,6 +107,7 @@ def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target:
         "stragglers": int(metrics["stragglers"].sum()) if "stragglers" in metrics else math.nan,
         "cancelled": int(metrics["cancelled"].sum()) if "cancelled" in metrics else math.nan,  # not in older runs
         "snapshot_share": snapshot_share(metrics),
+        **bias_stats(metrics),
     }
     if target is not None:
         reach = time_to_accuracy(metrics, target)

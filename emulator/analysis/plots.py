@@ -471,3 +471,122 @@ def snapshot_figure(groups: dict[str, list[Run]], path: Path, width: str | float
     """`draw_snapshot`, saved as `accuracy_figure` saves; None when no experiment is FAST (has a q column)."""
     fig = draw_snapshot(groups, width)
     return None if fig is None else _save(fig, path)
+
+
+SMOOTH_ROUNDS = 5  # label TV is drawn as a running mean over this many rounds with reports (in longer runs)
+
+
+def _smoothed(x: np.ndarray, y: np.ndarray, window: int) -> tuple[np.ndarray, np.ndarray]:
+    """A trailing running mean of `window` points (the first ones average what there is so far)."""
+    if window <= 1 or len(y) == 0:
+        return x, y
+    sums = np.cumsum(np.concatenate([[0.0], y]))
+    counts = np.minimum(np.arange(1, len(y) + 1), window)
+    return x, (sums[1:] - sums[np.arange(1, len(y) + 1) - counts]) / counts
+
+
+def _has(run: Run, column: str) -> bool:
+    return column in run.metrics and run.metrics[column].notna().any()
+
+
+@_styled
+def draw_label_tv(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure | None:
+    """The label TV of each round's reports against the population over simulated time, per experiment,
+    with the random-cohort floor (what a uniformly random cohort of the same size gets) as a thin dashed
+    line of the same colour: the gap between them is the bias participation brings. None when no run
+    has the column (runs from before it)."""
+    with_tv = {label: runs for label, runs in groups.items() if any(_has(r, "label_tv") for r in runs)}
+    if not with_tv:
+        return None
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 2.4 if one_column else 3.0)
+    ax = fig.add_subplot()
+    looks, names = _looks(groups), short_labels(list(groups))
+    longest = max(int(r.metrics["label_tv"].notna().sum()) for runs in with_tv.values() for r in runs)
+    window = SMOOTH_ROUNDS if longest >= 5 * SMOOTH_ROUNDS else 1
+    bands = {}
+    for label, runs in with_tv.items():
+        tv = [_smoothed(*_curve(r, "time", "label_tv"), window) for r in runs if _has(r, "label_tv")]
+        floor = [_smoothed(*_curve(r, "time", "label_tv_floor"), window) for r in runs if _has(r, "label_tv_floor")]
+        bands[label] = (mean_band([c for c in tv if len(c[0])]), mean_band(floor) if floor else None)
+    span = max(band[0][0].max() for band in bands.values())
+    xlabel, divisor = _x_axis("time", span)
+    handles, texts = [], []
+    for label, ((x, mean, low, high), floor) in bands.items():
+        look = looks[label]
+        if len(groups[label]) > 1:
+            ax.fill_between(x / divisor, low, high, color=look["color"], alpha=0.15, linewidth=0)
+        handles.append(_line(ax, x / divisor, mean, look, one_column))
+        texts.append(names[label] + _seeds(groups[label]))
+        if floor is not None:
+            ax.plot(floor[0] / divisor, floor[1], color=look["color"], linestyle=(0, (3, 2)), linewidth=0.8,
+                    alpha=0.9)
+    floor_handle, = ax.plot([], [], color="0.35", linestyle=(0, (3, 2)), linewidth=0.8)
+    handles.append(floor_handle)
+    texts.append("random-cohort floor (each experiment's colour)")
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel("label TV of the reports" + (f"\n(mean of {window} rounds)" if window > 1 else ""))
+    ax.set_ylim(bottom=0)
+    ax.grid(True)
+    _legend(fig, handles, texts)
+    return fig
+
+
+def label_tv_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """`draw_label_tv`, saved as `accuracy_figure` saves; None when no run has the label_tv column."""
+    fig = draw_label_tv(groups, width)
+    return None if fig is None else _save(fig, path)
+
+
+def class_accuracy_table(runs: list[Run]) -> "pd.DataFrame | None":
+    """Per-class test accuracy by evaluation round, the mean over the runs (seeds) that have it: index round,
+    one column per class (acc_0 ...). None when no run has class_accuracy.csv."""
+    import pandas as pd
+
+    tables = [r.class_accuracy for r in runs if r.class_accuracy is not None and len(r.class_accuracy)]
+    if not tables:
+        return None
+    joined = pd.concat(tables).drop(columns=["sim_time_s"], errors="ignore")
+    return joined.groupby("round").mean().sort_index()
+
+
+@_styled
+def draw_class_accuracy(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure | None:
+    """Test accuracy per class over the evaluations, one heatmap (class x round) per experiment, the mean
+    over its seeds: classes that the reports' data leaves out show as a dark band. Blank where a class has
+    no test samples. None when no run has class_accuracy.csv (runs from before it)."""
+    tables = {label: class_accuracy_table(runs) for label, runs in groups.items()}
+    tables = {label: table for label, table in tables.items() if table is not None}
+    if not tables:
+        return None
+    width_in = _inches(width)
+    one_column = width_in < 5
+    classes = max(table.shape[1] for table in tables.values())
+    panel = 0.45 + min(0.09 * classes, 1.8) * (0.8 if one_column else 1.0)
+    fig = _figure(width_in, panel * len(tables) + 0.5)
+    axes = fig.subplots(len(tables), 1, sharex=True, squeeze=False)[:, 0]
+    names = short_labels(list(groups))
+    size = STYLE["axes.titlesize"]
+    mesh = None
+    for ax, (label, table) in zip(axes, tables.items()):
+        rounds = table.index.to_numpy(dtype=float)
+        edges = np.concatenate([[min(0.0, rounds[0] - 1)], rounds])  # an evaluation's cell: the rounds up to it
+        values = np.ma.masked_invalid(table.to_numpy(dtype=float).T)
+        mesh = ax.pcolormesh(edges, np.arange(values.shape[0] + 1) - 0.5, values, vmin=0.0, vmax=1.0,
+                             cmap="cividis", shading="flat", rasterized=True)
+        ax.set_ylim(values.shape[0] - 0.5, -0.5)  # class 0 on top
+        ax.yaxis.set_major_locator(MaxNLocator(integer=True, nbins=6))
+        ax.set_ylabel("class")
+        ax.set_title(_wrap(fig, names[label] + _seeds(groups[label]), 0.8 * width_in, size), loc="left")
+    axes[-1].set_xlabel("round (evaluations)")
+    axes[-1].xaxis.set_major_locator(MaxNLocator(integer=True))
+    fig.colorbar(mesh, ax=list(axes), label="test accuracy", shrink=min(1.0, 2.5 / len(tables) + 0.2),
+                 aspect=20 if len(tables) > 1 else 10)
+    return fig
+
+
+def class_accuracy_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """`draw_class_accuracy`, saved as `accuracy_figure` saves; None when no run has class_accuracy.csv."""
+    fig = draw_class_accuracy(groups, width)
+    return None if fig is None else _save(fig, path)

@@ -26,6 +26,10 @@ COLUMNS = {  # table column -> (heading, format)
     "gini_reports": ("Gini of reports", "{:.3f}"),
     "never_reported": ("never reported", "{:.1%}"),
     "snapshot_share": ("snapshot share", "{:.1%}"),
+    "mean_label_tv": ("mean label TV", "{:.3f}"),
+    "label_tv_excess": ("TV over floor", "{:.3f}"),
+    "unseen_share": ("data never seen", "{:.1%}"),
+    "worst_class_acc": ("worst class acc", "{:.4f}"),
 }
 
 
@@ -81,6 +85,13 @@ def _notes(table: pd.DataFrame, selection) -> list[str]:
                   "over-selected devices told to stop because enough reports had arrived."
                   + (" '-' marks runs written before the two were counted apart (their stragglers include "
                      "the cancelled)." if (table["cancelled_seeds"] < table["seeds"]).any() else ""), ""]
+    if "mean_label_tv" in table and table["mean_label_tv"].notna().any():
+        lines += ["mean label TV: total variation between the label mix of each round's reports (weighted as "
+                  "aggregation weighs them) and the population's, averaged over the rounds with reports; TV "
+                  "over floor: its mean excess over the TV of uniformly random cohorts of the same size (a "
+                  "finite cohort's noise), the part participation adds; data never seen: the share of "
+                  "training samples on devices that never reported, at the end; worst class acc: the lowest "
+                  "per-class test accuracy at the last evaluation.", ""]
     if selection.incomplete:
         lines += ["## Left out: failed, interrupted or unfinished runs", "",
                   "Not in the table or the figures:", ""]
@@ -122,6 +133,9 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
         ("Who took part", plots.participation_figure(groups, out / "participation.png", width)),
         ("How long rounds took", plots.round_time_figure(groups, out / "round_durations.png", width)),
         ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png", width)),
+        ("Label mix of the reports against the population",
+         plots.label_tv_figure(groups, out / "label_tv.png", width)),
+        ("Test accuracy per class", plots.class_accuracy_figure(groups, out / "class_accuracy.png", width)),
     ]
     lines = [f"# {title}", ""]
     used, left_out = sum(map(len, groups.values())), len(selection.incomplete) + len(selection.duplicates)

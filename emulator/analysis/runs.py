@@ -27,6 +27,7 @@ class Run:
     metrics: pd.DataFrame
     summary: dict = field(default_factory=dict)
     participation: pd.DataFrame | None = None
+    class_accuracy: pd.DataFrame | None = None  # round, sim_time_s, acc_0 ...; None for runs from before it
 
     @property
     def name(self) -> str:
@@ -65,7 +66,8 @@ def load_run(path: str | Path) -> Run:
     scenario = yaml.safe_load((path / "scenario.yaml").read_text()) if (path / "scenario.yaml").exists() else {}
     summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else {}
     participation = pd.read_csv(path / "participation.csv") if (path / "participation.csv").exists() else None
-    return Run(path, scenario or {}, pd.read_csv(path / "metrics.csv"), summary, participation)
+    classes = pd.read_csv(path / "class_accuracy.csv") if (path / "class_accuracy.csv").exists() else None
+    return Run(path, scenario or {}, pd.read_csv(path / "metrics.csv"), summary, participation, classes)
 
 
 def find_runs(paths) -> list[Path]:
