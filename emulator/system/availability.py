@@ -411,6 +411,11 @@ class AvailabilityMix:
             out[model.members] = model.zone_s / 3600.0
         return out
 
+    def label_of(self, devices: np.ndarray, entries) -> np.ndarray:
+        """Each device's availability entry: its name where the scenario gives one, else its kind."""
+        labels = np.array([entry.name or model.kind for entry, model in zip(entries, self.models)])
+        return labels[self.group[devices]]
+
     def kind_of(self, devices: np.ndarray) -> np.ndarray:
         kinds = np.array([m.kind for m in self.models])
         return kinds[self.group[devices]]

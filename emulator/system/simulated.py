@@ -45,6 +45,7 @@ class SimulatedSystem(SystemModel):
         self.config = config
         self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
         self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)
+        self.entries = population.availability
         self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed, self.world)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
@@ -208,7 +209,7 @@ class SimulatedSystem(SystemModel):
         """participation.csv's behaviour columns: the availability entry, hardware and, in a world tied to
         data, each device's type, group and the dropout rate it got."""
         p = self.profiles
-        columns = {"availability": self.availability.kind_of(self._everyone), "s_per_sample": p.s_per_sample,
+        columns = {"availability": self.availability.label_of(self._everyone, self.entries), "s_per_sample": p.s_per_sample,
                    "down_mbps": p.down_mbps, "up_mbps": p.up_mbps, "latency_s": p.latency_s}
         if p.compute_tier is not None:
             columns["compute_tier"] = p.compute_tier
