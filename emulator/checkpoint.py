@@ -42,8 +42,9 @@ def results_fields(scenario) -> dict:
         fields.pop(key, None)
     for key in NOT_RESULTS_DATA:
         fields.get("data", {}).pop(key, None)
-    for entry in fields.get("population", {}).get("availability", []):
-        if entry.get("kind") == "trace" and entry.get("file"):
+    population = fields.get("population", {})
+    for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
+        if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):
             entry["file"] = "sha256:" + _file_digest(Path(entry["file"]))
     return fields
 

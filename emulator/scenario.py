@@ -1026,18 +1026,66 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scena
 
 def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> None:
     """Make the files a scenario names (trace files) absolute: relative to the scenario file's directory,
-    else to the working directory. A missing file is an error naming the field."""
-    for i, entry in enumerate(scenario.population.availability):
-        if entry.kind != "trace":
-            continue
-        file = Path(entry.file).expanduser()
+    else to the working directory. A missing file is an error naming the field; so is a file that does not
+    read as its format says (emulator/system/traces.py reads it here, before anything runs)."""
+    population = scenario.population
+
+    def resolved(name: str, field: str) -> str:
+        file = Path(name).expanduser()
         candidates = [file] if file.is_absolute() else [base / file, Path.cwd() / file]
         found = next((c for c in candidates if c.is_file()), None)
         if found is None:
-            raise ScenarioError(f"{source}: population.availability.{i}.file: no trace file "
-                                f"{' or '.join(str(c) for c in candidates)}; give a path relative to the "
-                                "scenario file or an absolute one")
-        entry.file = str(found.resolve())
+            raise ScenarioError(f"{source}: {field}: no trace file {' or '.join(str(c) for c in candidates)}; "
+                                "give a path relative to the scenario file or an absolute one")
+        return str(found.resolve())
+
+    def read(reader, field: str, *args):
+        try:
+            return reader(*args)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{source}: {field}: {exc}") from None
+
+    def entry_size(index: int) -> int | None:
+        """Devices in availability entry `index` by its share, as AvailabilityMix deals them (None when ties
+        or types may move devices between entries: the world checks reuse then)."""
+        entries = population.availability
+        if len(entries) == 1:
+            return population.devices
+        if population.types or any(t.sets == "availability" for t in population.ties):
+            return None
+        import numpy as np
+
+        from emulator.system.profiles import assign_by_share
+
+        groups = assign_by_share([e.share for e in entries], population.devices, np.random.default_rng(0))
+        return int(np.count_nonzero(groups == index))  # the sizes do not depend on the stream
+
+    for i, entry in enumerate(population.availability):
+        if entry.kind != "trace":
+            continue
+        from emulator.system import traces
+
+        field = f"population.availability.{i}"
+        entry.file = resolved(entry.file, f"{field}.file")
+        windows = read(traces.read_availability, f"{field}.file", entry.file, entry.format, entry.repeat_s)
+        members = entry_size(i)
+        if not entry.reuse and members is not None and windows.count < members:
+            raise ScenarioError(f"{source}: {field}.reuse: the trace {entry.file} has {windows.count} devices for "
+                                f"the entry's {members} devices; with reuse: false each device needs its own trace "
+                                "device: use a larger trace, fewer devices, or reuse: true")
+    for name in ("compute", "network"):
+        config = getattr(population, name)
+        if config.kind == "trace":
+            from emulator.system import traces
+
+            config.file = resolved(config.file, f"population.{name}.file")
+            read(traces.read_capacity, f"population.{name}.file", config.file, config.format)
+    compute, network = population.compute, population.network
+    if compute.kind == network.kind == "trace" and (compute.file, compute.format) == (network.file, network.format) \
+            and compute.assign != network.assign:
+        raise ScenarioError(f"{source}: population.network.assign: {network.assign!r}, but population.compute "
+                            f"reads the same file with assign {compute.assign!r}; a device plays one row of a "
+                            "capacity file for both, so give both the same assign")
 
 
 def validate_scenario(raw: dict, source: str = "scenario") -> Scenario:

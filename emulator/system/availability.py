@@ -12,14 +12,13 @@ dispatches by global device id. Times are simulated seconds since the run starte
 """
 from __future__ import annotations
 
-import csv
 import math
-from pathlib import Path
 
 import numpy as np
 
 from emulator.scenario import ScenarioError
 from emulator.system.profiles import assign_by_share
+from emulator.system.traces import assign_rows, read_availability, read_trace  # noqa: F401 (read_trace: re-exported)
 
 INF = np.inf
 JITTER_BOUND = 6.0  # diurnal jitter is a normal clipped at 6 sigma, so a window's reach is bounded
@@ -276,97 +275,83 @@ class Diurnal(AvailabilityModel):
 
 
 # ---------------------------------------------------------------------------------------------- trace
-def read_trace(path: str | Path) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(trace device index, start_s, end_s) from a CSV with columns device_id,start_s,end_s.
-
-    Overlapping or touching intervals of one device are merged; rows are sorted by (device, start)."""
-    path = Path(path)
-    ids, starts, ends = [], [], []
-    try:
-        with open(path, newline="") as handle:
-            reader = csv.DictReader(handle)
-            missing = {"device_id", "start_s", "end_s"} - set(reader.fieldnames or [])
-            if missing:
-                raise ScenarioError(f"{path}: a trace needs the columns device_id,start_s,end_s; missing "
-                                    f"{', '.join(sorted(missing))}")
-            for line, row in enumerate(reader, start=2):
-                try:
-                    start, end = float(row["start_s"]), float(row["end_s"])
-                except (TypeError, ValueError):
-                    raise ScenarioError(f"{path}, line {line}: start_s and end_s must be numbers") from None
-                if not 0 <= start < end:
-                    raise ScenarioError(f"{path}, line {line}: needs 0 <= start_s < end_s, got {start}, {end}")
-                ids.append(row["device_id"])
-                starts.append(start)
-                ends.append(end)
-    except FileNotFoundError:
-        raise ScenarioError(f"{path}: no such trace file") from None
-    if not ids:
-        raise ScenarioError(f"{path}: the trace holds no intervals")
-    names, device = np.unique(np.asarray(ids), return_inverse=True)
-    starts, ends = np.asarray(starts), np.asarray(ends)
-    order = np.lexsort((starts, device))
-    device, starts, ends = device[order], starts[order], ends[order]
-    merged: list[list] = []  # [device, start, end]; trace files are small, so a plain loop reads best
-    for d, start, end in zip(device, starts, ends):
-        if merged and merged[-1][0] == d and start <= merged[-1][2]:
-            merged[-1][2] = max(merged[-1][2], end)
-        else:
-            merged.append([d, start, end])
-    columns = np.asarray(merged, dtype=np.float64)
-    return columns[:, 0].astype(np.int64), columns[:, 1], columns[:, 2]
-
-
 class Trace(AvailabilityModel):
-    """Online exactly inside a trace's intervals; population device k plays trace device k mod T."""
+    """Online exactly inside a trace's windows (system/traces.py reads CSV and FedScale files).
+
+    Population device k plays trace device k mod T (`assign: cycle`), a seeded random one (`assign: random`),
+    or the one a rank tie on "trace" picks. With more members than trace devices, trace devices are reused
+    (several members replay the same one) unless `reuse: false`, which makes that an error. Each trace device
+    repeats with its own period (FedScale: its finish_time; or the scenario's repeat_s; a CSV without
+    repeat_s does not repeat). Answers are stateless: a binary search for the window holding t mod period,
+    unlike FedScale's per-client pointer (see docs/system-model.md, "Traces")."""
 
     kind = "trace"
 
-    def __init__(self, members, config, stream: np.random.Generator | None = None, world=None):
+    def __init__(self, members, config, stream: np.random.Generator | None = None, world=None,
+                 index: int | None = None):
         super().__init__(members)
-        device, self.starts, self.ends = read_trace(config.file)
-        traced = int(device.max()) + 1
-        self.period = config.repeat_s
-        if self.period is not None and self.ends.max() > self.period:
-            raise ScenarioError(f"population.availability: trace {config.file} has intervals ending after "
-                                f"repeat_s = {self.period}; raise repeat_s or trim the trace")
-        self.span = self.period if self.period is not None else float(self.ends.max()) + 1.0
+        windows = read_availability(config.file, config.format, config.repeat_s)
+        traced = windows.count
+        if not config.reuse and traced < len(members):
+            field = f"population.availability.{'N' if index is None else index}.reuse"
+            raise ScenarioError(f"{field}: the trace {config.file} has {traced} devices for the entry's "
+                                f"{len(members)} devices; with reuse: false each device needs its own trace "
+                                "device: use a larger trace, fewer devices, or reuse: true")
+        # one empty window of a phantom device T at the end, so every index below stays inside the arrays
+        self.starts = np.append(windows.starts, 0.0)
+        self.ends = np.append(windows.ends, 0.0)
+        device = np.append(windows.device, traced)
+        period = windows.period
+        self.repeating = np.isfinite(period)  # per trace device
+        self.divisor = period                 # t / inf = 0: one cycle only
+        self.multiplier = np.where(self.repeating, period, 0.0)
+        furthest = max(float(self.ends.max()), float(period[self.repeating].max(initial=0.0)))
+        self.span = furthest + 2.0
         self.keys = device * self.span + self.starts
-        self.first = np.searchsorted(device, np.arange(traced))  # first interval of each trace device
+        self.first = np.searchsorted(device, np.arange(traced))  # first window of each trace device
         self.last = np.searchsorted(device, np.arange(traced), side="right")
-        self.trace_device = np.arange(len(members)) % traced
-        if config.assign == "random" and stream is not None:
-            self.trace_device = stream.permutation(self.trace_device)
-        self.online_s = np.bincount(device, weights=self.ends - self.starts, minlength=traced)  # per trace device
+        self.has_windows = self.last > self.first
+        # Where an online window really ends: a window reaching the end of the period runs on into the next
+        # period's window from 0 (a window covering the whole period never ends).
+        self.reach = self.ends.copy()
+        final = self.last[self.has_windows] - 1
+        opening = self.first[self.has_windows]
+        wraps = self.repeating[self.has_windows] & (self.ends[final] >= period[self.has_windows]) \
+            & (self.starts[opening] <= 0.0)
+        self.reach[final[wraps]] = np.where(final[wraps] == opening[wraps], INF,
+                                            period[self.has_windows][wraps] + self.ends[opening[wraps]])
+        self.online_s = windows.online_s()  # per trace device, per period
+        self.trace_device = assign_rows(len(members), traced, config.assign, stream)
         if world is not None:  # which trace device a member plays follows its data: see system/ties.py
             source = world.order("trace", members, self.online_s[self.trace_device])
             if source is not None:
                 self.trace_device = self.trace_device[source]
 
     def _locate(self, local, t):
-        cycle = 0.0 if self.period is None else np.floor(t / self.period) * self.period
-        tt = t - cycle
         dev = self.trace_device[local]
-        j = np.searchsorted(self.keys, dev * self.span + tt, side="right") - 1
+        cycle = np.floor(t / self.divisor[dev]) * self.multiplier[dev]
+        tt = t - cycle
+        query = dev * self.span + np.minimum(tt, self.span - 1.0)  # past a trace's end: its last window
+        j = np.searchsorted(self.keys, query, side="right") - 1
         valid = j >= self.first[dev]
-        jj = np.where(valid, j, 0)
-        online = valid & (self.ends[jj] > tt)
-        return cycle, tt, dev, j, valid, online
+        j = np.where(valid, j, self.first[dev])
+        online = valid & (self.ends[j] > tt)
+        return cycle, dev, j, valid, online
 
     def online(self, local, t):
         return self._locate(local, t)[-1]
 
     def next_offline(self, local, t):
-        cycle, _, _, j, valid, online = self._locate(local, t)
-        return np.where(online, cycle + self.ends[np.where(valid, j, 0)], float(t))
+        cycle, _, j, _, online = self._locate(local, t)
+        return np.where(online, cycle + self.reach[j], float(t))
 
     def next_online(self, local, t):
-        cycle, _, dev, j, valid, online = self._locate(local, t)
+        cycle, dev, j, valid, online = self._locate(local, t)
         after = np.where(valid, j + 1, self.first[dev])
         has_next = after < self.last[dev]
-        result = np.where(has_next, cycle + self.starts[np.minimum(after, len(self.starts) - 1)], INF)
-        if self.period is not None:  # wrap to the first interval of the next cycle
-            result = np.where(has_next, result, cycle + self.period + self.starts[self.first[dev]])
+        wrap = self.repeating[dev] & self.has_windows[dev]  # to the first window of the next period
+        result = np.where(has_next, cycle + self.starts[after],
+                          np.where(wrap, cycle + self.multiplier[dev] + self.starts[self.first[dev]], INF))
         return np.where(online, float(t), result)
 
 

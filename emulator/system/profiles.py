@@ -78,8 +78,12 @@ class DeviceProfiles:
         n = population.devices
         compute, network = population.compute, population.network
         compute_tier = network_tier = None
+        rows: dict = {}  # capacity trace file -> (table, row per device): one file, one row per device
         if compute.kind == "lognormal":
             speed = compute.median_s_per_sample * np.exp(compute.sigma * rng.standard_normal(n))
+        elif compute.kind == "trace":
+            table, row = capacity_rows(compute, n, rng, rows)
+            speed = table.s_per_sample[row]
         else:
             compute_tier = assign_by_share([t.share for t in compute.tiers], n, rng)
             speed = np.array([t.s_per_sample for t in compute.tiers])[compute_tier]
@@ -87,6 +91,10 @@ class DeviceProfiles:
             down = network.down_mbps * np.exp(network.sigma * rng.standard_normal(n))
             up = network.up_mbps * np.exp(network.sigma * rng.standard_normal(n))
             latency = np.full(n, network.latency_s)
+        elif network.kind == "trace":
+            table, row = capacity_rows(network, n, rng, rows)
+            down, up = table.down_mbps[row], table.up_mbps[row]
+            latency = np.where(np.isnan(table.latency_s[row]), network.latency_s, table.latency_s[row])
         else:
             network_tier = assign_by_share([t.share for t in network.tiers], n, rng)
             down = np.array([t.down_mbps for t in network.tiers])[network_tier]
@@ -94,3 +102,24 @@ class DeviceProfiles:
             latency = np.array([t.latency_s for t in network.tiers])[network_tier]
         as32 = lambda a: np.asarray(a, dtype=np.float32)
         return cls(as32(speed), as32(down), as32(up), as32(latency), compute_tier, network_tier)
+
+
+def capacity_rows(config, n: int, rng: np.random.Generator, rows: dict):
+    """(capacity table, the trace row each of n devices plays) for a compute or network entry of kind
+    trace: device k plays row k mod T (assign: cycle) or a random row drawn from `rng` (assign: random).
+    `rows` remembers each file's answer, so compute and network read from one file give a device the same
+    row (the network entry then keeps the compute entry's assignment)."""
+    from emulator.scenario import ScenarioError
+    from emulator.system.traces import assign_rows, read_capacity
+
+    key = (str(config.file), config.format)
+    if key in rows:
+        table, row, assign = rows[key]
+        if assign != config.assign:
+            raise ScenarioError(f"population.network.assign: {config.assign!r}, but population.compute reads the "
+                                f"same file {config.file} with assign {assign!r}; give both the same assign")
+        return table, row
+    table = read_capacity(config.file, config.format)
+    row = assign_rows(n, table.count, config.assign, rng)
+    rows[key] = (table, row, config.assign)
+    return table, row
