@@ -40,13 +40,17 @@ def sessions(rng: np.random.Generator) -> list[tuple[float, float]]:
 
 
 def fedscale_entry(rng: np.random.Generator) -> dict:
-    """A behave-trace entry: sorted, disjoint windows [active, inactive] of whole seconds, ends included."""
+    """A behave-trace entry: sorted, disjoint windows [active, inactive] of whole seconds, ends included.
+    The trace repeats weekly (finish_time), so a session running past the week's end wraps to its start."""
     week = DAYS * 86400
+    pieces = []
+    for start_h, end_h in sessions(rng):
+        start, end = round(start_h * 3600), round(end_h * 3600)  # [start, end)
+        offset = start // week * week
+        start, end = start - offset, end - offset
+        pieces += [(start, min(end, week))] + ([(0, end - week)] if end > week else [])
     windows: list[list[int]] = []
-    for start_h, end_h in sorted(sessions(rng)):
-        start, end = max(0, round(start_h * 3600)), min(week, round(end_h * 3600))  # [start, end)
-        if end <= start:
-            continue
+    for start, end in sorted(pieces):
         if windows and start <= windows[-1][1] + 1:  # overlapping or touching: one window
             windows[-1][1] = max(windows[-1][1], end - 1)
         else:
