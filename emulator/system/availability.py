@@ -328,7 +328,15 @@ class Trace(AvailabilityModel):
                 self.trace_device = self.trace_device[source]
 
     def _locate(self, local, t):
+        """(cycle start, trace device, window index, whether a window starts before t in the cycle, online)."""
         dev = self.trace_device[local]
+        if len(dev) > len(self.first) // 4:  # many devices: answer once per trace device, in order, then gather
+            # (searching keys in order is several times faster than at random for large traces)
+            cycle, _, j, valid, online = self._answer(np.arange(len(self.first)), t)
+            return cycle[dev], dev, j[dev], valid[dev], online[dev]
+        return self._answer(dev, t)
+
+    def _answer(self, dev, t):
         cycle = np.floor(t / self.divisor[dev]) * self.multiplier[dev]
         tt = t - cycle
         query = dev * self.span + np.minimum(tt, self.span - 1.0)  # past a trace's end: its last window

@@ -136,37 +136,32 @@ def _read_csv_windows(path: Path):
 def _fedscale_windows(path: Path, repeat_s: float | None) -> Windows:
     data = _load_pickle(path, "FedScale's client_behave_trace")
     keys, lengths, actives, inactives, finishes, durations = [], [], [], [], [], []
-    for key, entry in data.items():  # structure and types here; the invariants below, all devices at once
-        where = f"{path}, key {key!r}"
-        if not isinstance(entry, dict):
-            raise ScenarioError(f"{where}: each entry must be a dict with 'active', 'inactive' and 'finish_time' "
-                                f"(FedScale's client_behave_trace), got a {type(entry).__name__}")
-        missing = [k for k in ("active", "inactive", "finish_time") if k not in entry]
-        if missing:
-            raise ScenarioError(f"{where}: the entry lacks {', '.join(repr(k) for k in missing)}; a FedScale "
-                                "behave trace entry holds 'active', 'inactive' (lists of seconds) and 'finish_time'")
-        active, inactive = entry["active"], entry["inactive"]
-        _check_seconds(active, where, "active")
-        _check_seconds(inactive, where, "inactive")
-        if len(active) != len(inactive):
-            raise ScenarioError(f"{where}: 'active' has {len(active)} entries, 'inactive' {len(inactive)}; "
-                                "each window needs both its start and its end")
-        finish = _scalar(entry["finish_time"], where, "finish_time")
-        if not 0 < finish < math.inf:
-            raise ScenarioError(f"{where}: 'finish_time' must be a positive number of seconds, got {finish:g}")
+    numbers, sequences = {int, float}, (list, tuple)
+    for key, entry in data.items():  # structure and types here (fast path first); invariants below, at once
+        try:
+            active, inactive, finish = entry["active"], entry["inactive"], entry["finish_time"]
+            fine = (type(entry) is dict and type(active) in sequences and type(inactive) in sequences
+                    and len(active) == len(inactive) and type(finish) in numbers and 0 < finish < math.inf
+                    and set(map(type, active)) <= numbers and set(map(type, inactive)) <= numbers)
+        except (TypeError, KeyError, IndexError):
+            fine = False
+        if not fine:
+            _diagnose_behave(f"{path}, key {key!r}", entry)
         duration = entry.get("duration")
-        numeric = isinstance(duration, (int, float)) and not isinstance(duration, bool)
         keys.append(key)
         lengths.append(len(active))
         actives.extend(active)
         inactives.extend(inactive)
         finishes.append(finish)
-        durations.append(float(duration) if numeric else math.nan)
+        durations.append(float(duration) if type(duration) in numbers else math.nan)
     if not keys:
         raise ScenarioError(f"{path}: the behave trace holds no devices (an empty dict)")
     device = np.repeat(np.arange(len(keys), dtype=np.int64), lengths)
     active, inactive = np.asarray(actives, dtype=np.float64), np.asarray(inactives, dtype=np.float64)
-    finish = np.asarray(finishes)
+    finish = np.asarray(finishes, dtype=np.float64)
+    infinite = ~np.isfinite(active) | ~np.isfinite(inactive)
+    if infinite.any():
+        _diagnose_behave(f"{path}, key {keys[device[np.argmax(infinite)]]!r}", data[keys[device[np.argmax(infinite)]]])
     _check_windows(path, keys, device, active, inactive, finish)
     online = np.bincount(device, weights=inactive - active, minlength=len(keys))
     durations = np.asarray(durations)
@@ -180,6 +175,26 @@ def _fedscale_windows(path: Path, repeat_s: float | None) -> Windows:
     keep = active < ends  # windows from repeat_s on are cut away
     device, starts, ends = _merged(device[keep], active[keep], ends[keep])
     return _frozen(Windows(device, starts, ends, period, tuple(str(k) for k in keys)))
+
+
+def _diagnose_behave(where: str, entry) -> None:
+    """Raise the ScenarioError that says what is wrong with a behave-trace entry's structure or types."""
+    if not isinstance(entry, dict):
+        raise ScenarioError(f"{where}: each entry must be a dict with 'active', 'inactive' and 'finish_time' "
+                            f"(FedScale's client_behave_trace), got a {type(entry).__name__}")
+    missing = [k for k in ("active", "inactive", "finish_time") if k not in entry]
+    if missing:
+        raise ScenarioError(f"{where}: the entry lacks {', '.join(repr(k) for k in missing)}; a FedScale "
+                            "behave trace entry holds 'active', 'inactive' (lists of seconds) and 'finish_time'")
+    _check_seconds(entry["active"], where, "active")
+    _check_seconds(entry["inactive"], where, "inactive")
+    if len(entry["active"]) != len(entry["inactive"]):
+        raise ScenarioError(f"{where}: 'active' has {len(entry['active'])} entries, 'inactive' "
+                            f"{len(entry['inactive'])}; each window needs both its start and its end")
+    finish = _scalar(entry["finish_time"], where, "finish_time")
+    if not 0 < finish < math.inf:
+        raise ScenarioError(f"{where}: 'finish_time' must be a positive number of seconds, got {finish:g}")
+    raise ScenarioError(f"{where}: not a FedScale behave trace entry")  # not reached for the checks above
 
 
 def _check_windows(path, keys, device, active, inactive, finish) -> None:
@@ -205,10 +220,12 @@ def _check_windows(path, keys, device, active, inactive, finish) -> None:
 
 def _merged(device, starts, ends):
     """Sorted by (device, start), with overlapping or touching windows of one device merged."""
-    order = np.lexsort((starts, device))
-    device, starts, ends = device[order], starts[order], ends[order]
     if not len(device):
         return device, starts, ends
+    step = np.diff(device)
+    if (step < 0).any() or ((step == 0) & (np.diff(starts) < 0)).any():  # FedScale's windows come sorted
+        order = np.lexsort((starts, device))
+        device, starts, ends = device[order], starts[order], ends[order]
     # reach[i]: the furthest end among the device's windows up to i (a running maximum within each device:
     # devices are sorted, so offsetting each device's ends by device x span keeps the maxima apart)
     span = 2.0 * float(np.abs(ends).max()) + 1.0
@@ -361,7 +378,7 @@ def _scalar(value, where: str, name: str) -> float:
 def _check_seconds(value, where: str, name: str) -> None:
     if not isinstance(value, (list, tuple)):
         raise ScenarioError(f"{where}: '{name}' must be a list of seconds, got a {type(value).__name__}")
-    if not all(type(x) is int or (type(x) is float and math.isfinite(x)) for x in value):
+    if not set(map(type, value)) <= {int, float} or not all(map(math.isfinite, value)):  # fast, C-level
         i, x = next((i, x) for i, x in enumerate(value)
                     if not (type(x) is int or (type(x) is float and math.isfinite(x))))
         raise ScenarioError(f"{where}: '{name}'[{i}] must be a number of seconds, got {x!r}")
