@@ -409,6 +409,16 @@ class AvailabilityMix:
         labels = np.array([entry.name or model.kind for entry, model in zip(entries, self.models)])
         return labels[self.group[devices]]
 
+    def trace_device(self) -> np.ndarray | None:
+        """Which trace device each device replays (-1 outside trace entries); None without any."""
+        traces = [m for m in self.models if isinstance(m, Trace)]
+        if not traces:
+            return None
+        out = np.full(self.num_devices, -1, dtype=np.int64)
+        for model in traces:
+            out[model.members] = model.trace_device
+        return out
+
     def kind_of(self, devices: np.ndarray) -> np.ndarray:
         kinds = np.array([m.kind for m in self.models])
         return kinds[self.group[devices]]

@@ -218,6 +218,9 @@ class SimulatedSystem(SystemModel):
         timezone = self.availability.timezone_h()
         if timezone is not None:
             columns["timezone_h"] = timezone
+        played = self.availability.trace_device()
+        if played is not None:
+            columns["trace_device"] = played
         if np.ndim(self.dropout_per_hour):
             columns["dropout_per_hour"] = self.dropout_per_hour
         if self.world is not None:
