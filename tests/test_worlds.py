@@ -289,3 +289,16 @@ def test_a_tie_the_data_cannot_satisfy_is_refused_before_the_run(tmp_path):
     federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
     with pytest.raises(ScenarioError, match=r"population.ties.0: group\(s\) \[1\] hold no device"):
         check_world(scenario, federation)
+
+
+def test_a_rank_tie_on_the_network_moves_down_up_and_latency_together(counts):
+    links = {"kind": "tiers", "tiers": [{"name": "wifi", "share": 0.6, "down_mbps": 50, "up_mbps": 20, "latency_s": 0.02},
+                                        {"name": "3g", "share": 0.4, "down_mbps": 2, "up_mbps": 0.5, "latency_s": 0.3}]}
+    tie = [{"by": "label_entropy", "sets": "network", "direction": "opposite"}]  # the most varied, the slowest link
+    system = SimulatedSystem(world_scenario(network=links, ties=tie), counts)
+    profiles = system.profiles
+    entropy = statistics.label_entropy(counts)
+    slow = profiles.network_tier == 1
+    assert slow.sum() == 240 and entropy[slow].min() >= entropy[~slow].max() - 1e-12
+    assert set(zip(profiles.down_mbps[slow].tolist(), profiles.up_mbps[slow].tolist(),
+                   np.round(profiles.latency_s[slow].astype(float), 3).tolist())) == {(2.0, 0.5, 0.3)}
