@@ -55,7 +55,7 @@ class FederatedServer:
             num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
             seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
             parameter_mask=param_vector.parameter_mask(self.model)))
-        self.system = build_system(self.scenario, federation.label_counts())
+        self.system = build_system(self.scenario, self.label_counts)
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
