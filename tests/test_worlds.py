@@ -302,3 +302,16 @@ def test_a_rank_tie_on_the_network_moves_down_up_and_latency_together(counts):
     assert slow.sum() == 240 and entropy[slow].min() >= entropy[~slow].max() - 1e-12
     assert set(zip(profiles.down_mbps[slow].tolist(), profiles.up_mbps[slow].tolist(),
                    np.round(profiles.latency_s[slow].astype(float), 3).tolist())) == {(2.0, 0.5, 0.3)}
+
+
+def test_a_tie_on_compute_from_a_capacity_file_keeps_each_phones_link(tmp_path):
+    from emulator.scenario import load_scenario
+
+    path = "scenarios/worlds/trace_driven.yaml"
+    tied, untied = load_scenario(path), load_scenario(path, ["population.ties=[]"])
+    counts = build_federation(tied.data, tied.population.devices, tied.seed).label_counts()
+    rows = lambda p: set(zip(p.s_per_sample.tolist(), p.down_mbps.tolist()))
+    a, b = SimulatedSystem(tied, counts).profiles, SimulatedSystem(untied, counts).profiles
+    assert rows(a) <= rows(b) and not np.array_equal(a.s_per_sample, b.s_per_sample)
+    with pytest.raises(ScenarioError, match="compute and network come from one capacity file"):
+        load_scenario(path, ["population.ties[+]={by: samples, sets: network}"])

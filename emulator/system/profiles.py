@@ -51,6 +51,9 @@ class DeviceProfiles:
             self.s_per_sample = self.s_per_sample[compute_source]
             if self.compute_tier is not None:
                 self.compute_tier = self.compute_tier[compute_source]
+            if _one_capacity_file(population):  # a capacity row is one phone: its link moves with its compute
+                self.down_mbps, self.up_mbps = self.down_mbps[compute_source], self.up_mbps[compute_source]
+                self.latency_s = self.latency_s[compute_source]
         tiers = getattr(population.compute, "tiers", None)
         tier = world.values("compute", everyone, lambda v: entry_index(tiers, v, "compute", "tier"))
         if tier is not None:
@@ -59,6 +62,8 @@ class DeviceProfiles:
             table = np.array([t.s_per_sample for t in tiers], dtype=np.float32)
             self.s_per_sample = np.where(chosen, table[np.maximum(tier, 0)], self.s_per_sample)
         network_source = world.order("network", everyone, self.down_mbps)
+        if network_source is not None and _one_capacity_file(population):
+            self.s_per_sample = self.s_per_sample[network_source]
         if network_source is not None:
             self.down_mbps, self.up_mbps = self.down_mbps[network_source], self.up_mbps[network_source]
             self.latency_s = self.latency_s[network_source]
@@ -123,3 +128,9 @@ def capacity_rows(config, n: int, rng: np.random.Generator, rows: dict):
     row = assign_rows(n, table.count, config.assign, rng)
     rows[key] = (table, row, config.assign)
     return table, row
+
+
+def _one_capacity_file(population) -> bool:
+    """Compute and network both read from one capacity trace file (each row: one phone's speed and link)."""
+    compute, network = population.compute, population.network
+    return compute.kind == "trace" and network.kind == "trace" and compute.file == network.file

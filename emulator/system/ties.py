@@ -242,6 +242,11 @@ def check_ties(population) -> None:
         if tie.values is not None:
             for j, value in enumerate(tie.values):
                 _check_value(population, tie.sets, value, f"{where}.values.{j}")
+    compute, network = population.compute, population.network
+    if "compute" in tied and "network" in tied and compute.kind == network.kind == "trace" \
+            and compute.file == network.file:
+        raise ScenarioFieldError(tied["network"] + ".sets", "compute and network come from one capacity file, "
+                                 "whose rows are phones: a tie on compute moves the link with it; tie one of them")
     for k, user_type in enumerate(population.types or []):
         for behaviour in TYPE_BEHAVIOURS:
             value = user_type.behaviour(behaviour)
