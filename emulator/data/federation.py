@@ -13,7 +13,8 @@ import torch
 
 @dataclass
 class ArrayDataset:
-    """Samples as arrays. x: (N, C, H, W) uint8 images or (N, D) float32 features; y: (N,) int64 labels."""
+    """Samples as arrays. x: (N, C, H, W) uint8 images, (N, D) float32 features or (N, T) token ids (any
+    integer dtype but uint8, e.g. int16: LEAF's Shakespeare); y: (N,) int64 labels."""
 
     x: np.ndarray
     y: np.ndarray
@@ -29,15 +30,18 @@ class ArrayDataset:
         return tuple(self.x.shape[1:])
 
     def tensors(self, indices: np.ndarray | slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised float32 inputs and int64 labels for the given sample indices (all when None)."""
+        """Normalised float32 inputs (int64 token ids for integer x other than uint8) and int64 labels for the
+        given sample indices (all when None)."""
         x = self.x if indices is None else self.x[indices]
         y = self.y if indices is None else self.y[indices]
         inputs = torch.from_numpy(np.ascontiguousarray(x))
         if inputs.dtype == torch.uint8:
             inputs = inputs.to(torch.float32).div_(255.0)
-        else:
+        elif inputs.is_floating_point() or inputs.dtype == torch.bool:
             inputs = inputs.to(torch.float32)
-        if self.mean is not None:
+        else:  # token ids (text): int64 for an embedding, never scaled or normalised
+            inputs = inputs.to(torch.int64)
+        if self.mean is not None and inputs.is_floating_point():
             shape = (1, -1) + (1,) * (inputs.dim() - 2)
             mean = torch.tensor(self.mean, dtype=torch.float32).view(shape)
             std = torch.tensor(self.std, dtype=torch.float32).view(shape)
