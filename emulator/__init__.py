@@ -1,7 +1,37 @@
-"""A cross-device federated learning emulator: real training on Ray, simulated wall-clock time."""
+"""A cross-device federated learning emulator: real training on Ray, simulated wall-clock time.
+
+The Python API (emulator/api.py, docs/api.md): `emulator.run`, `emulator.load`, `emulator.sweep`,
+`emulator.resume`, `emulator.shutdown`, the results `Run` and `Sweep`, and `ScenarioError` for bad input.
+They are imported on first use, so `import emulator` (and the command line) stays fast."""
 import warnings
 
 __version__ = "0.1.0"
 
 # Arrays arrive read-only from Ray's object store; the emulator only ever copies out of them.
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+
+_API = ("run", "load", "sweep", "resume", "shutdown", "Run", "Sweep")
+__all__ = [*_API, "ScenarioError", "RunInterrupted", "__version__"]
+
+
+def __getattr__(name: str):
+    if name in _API:
+        import sys
+
+        from emulator import api
+
+        # emulator.sweep is the (callable) module once it is imported: see the end of emulator/api.py
+        return sys.modules["emulator.sweep"] if name == "sweep" else getattr(api, name)
+    if name == "ScenarioError":
+        from emulator.scenario import ScenarioError
+
+        return ScenarioError
+    if name == "RunInterrupted":
+        from emulator.interrupts import RunInterrupted
+
+        return RunInterrupted
+    raise AttributeError(f"module 'emulator' has no attribute {name!r}")
+
+
+def __dir__():
+    return sorted([*globals(), *__all__])

@@ -58,23 +58,35 @@ class AlreadyFinished(Exception):
 
 def run_scenario(scenario: Scenario, out: str | Path | None = None,
                  on_round: Callable[[dict], None] | None = None, federation: Federation | None = None,
-                 stop: StopRequest | None = None, notify: Callable[[str], None] | None = None) -> RunResult:
+                 stop: StopRequest | None = None, notify: Callable[[str], None] | None = None,
+                 data_source: dict | None = None) -> RunResult:
     """Run every round of `scenario`; each finished round is on disk before the next starts.
 
     `federation` replaces the data the scenario describes (bring your own data); it must hold
-    population.devices devices. `stop`, when set (by a signal handler or another thread), ends the run
-    at the next poll with RunInterrupted, keeping every finished round."""
+    population.devices devices. `data_source` (emulator.data.custom.record) says where it came from: the
+    run directory records it (data.json, summary.json, a comment heading scenario.yaml). `stop`, when set
+    (by a signal handler or another thread), ends the run at the next poll with RunInterrupted, keeping
+    every finished round."""
     check_writable(out, scenario.output.dir)  # before Ray starts: a bad path costs nothing
     RunDirectory.check_free(scenario, out)     # an existing run is never touched
-    return _execute(scenario, _Start(out=out), on_round, federation, stop, notify or _to_stderr)
+    start = _Start(out=out, data_source=data_source, summary=_data_summary(data_source))
+    return _execute(scenario, start, on_round, federation, stop, notify or _to_stderr)
 
 
-def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None) -> Scenario:
+def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
+                       data_given: bool = False) -> Scenario:
     """The scenario of a run to resume. Only `rounds` (to extend it) and `runtime.*` (where it runs,
-    which does not change its results) may be overridden."""
+    which does not change its results) may be overridden. A run on in-memory data is refused unless the
+    caller brings the data again (`data_given`: emulator.resume(run_dir, data=...))."""
     run_dir = Path(run_dir)
     if not (run_dir / "scenario.yaml").is_file():
         raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
+    if not data_given:
+        from emulator.data.custom import cli_refusal, memory_record
+
+        entry = memory_record(run_dir)
+        if entry is not None:
+            raise ScenarioError(cli_refusal(run_dir, entry))
     for text in overrides or []:
         if not (text.startswith("rounds=") or text.startswith("runtime.")):
             raise ScenarioError(f"--resume with --set {text!r}: only rounds and runtime.* can change when resuming; "
@@ -84,18 +96,21 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None) 
 
 def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = None,
                overrides: list[str] | None = None, stop: StopRequest | None = None,
-               notify: Callable[[str], None] | None = None) -> RunResult:
+               notify: Callable[[str], None] | None = None, federation: Federation | None = None,
+               data_source: dict | None = None) -> RunResult:
     """Continue an interrupted run from its last valid checkpoint, in its own directory; with
-    `--set rounds=N`, extend a finished one. Raises AlreadyFinished when there is nothing to do."""
+    `--set rounds=N`, extend a finished one. Raises AlreadyFinished when there is nothing to do.
+    A run on in-memory data needs its `federation` again (emulator.resume checks its fingerprint)."""
     notify = notify or _to_stderr
     run_dir = Path(run_dir)
-    scenario = resumable_scenario(run_dir, overrides)
+    scenario = resumable_scenario(run_dir, overrides, data_given=federation is not None)
     directory = RunDirectory(run_dir)
     check_writable(run_dir, run_dir)
     directory.lock()
     try:
         start = _plan_resume(directory, scenario, notify)
-        return _execute(scenario, start, on_round, None, stop, notify)
+        start.data_source = data_source
+        return _execute(scenario, start, on_round, federation, stop, notify)
     finally:
         directory.unlock()
 
@@ -109,6 +124,23 @@ class _Start:
     directory: RunDirectory | None = None
     checkpoint: checkpoints.Checkpoint | None = None
     summary: dict = field(default_factory=dict)
+    data_source: dict | None = None  # in-memory data: what the run directory records about it
+
+
+def _data_summary(data_source: dict | None) -> dict:
+    if data_source is None:
+        return {}
+    from emulator.data.custom import public
+
+    return {"data": public(data_source)}
+
+
+def _scenario_header(data_source: dict | None) -> str:
+    if data_source is None:
+        return ""
+    from emulator.data.custom import scenario_header
+
+    return scenario_header(data_source)
 
 
 def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
@@ -222,12 +254,17 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             server.call("preflight")
             pool.prepare(context.key, context_box)
             if directory is None:
-                directory = RunDirectory.create(scenario, start.out)
+                directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
+                if start.data_source is not None:
+                    from emulator.data.custom import write_record
+
+                    write_record(directory.path, start.data_source)
                 done, rows = 0, []
             else:
                 done = server.start(start.checkpoint.state) if start.checkpoint else 0
                 rows = directory.rewind(done)
-                directory.write_scenario(scenario)  # an extension (--set rounds) is part of the run's record
+                # an extension (--set rounds) is part of the run's record
+                directory.write_scenario(scenario, header=_scenario_header(start.data_source))
             resumed = start.directory is not None
             summary = _loop(scenario, federation, directory, server, pool, rows, done if resumed else None,
                             on_round, started, stop, notify, start.summary)
@@ -247,7 +284,7 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                "test_samples": len(federation.test), "started_at": previous.get("started_at", _stamp(started)),
                "host": platform.node(), "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
                "resumed_from_round": resumed_from}
-    for stale in ("error", "note", "finished_at"):
+    for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at"):
         summary.pop(stale, None)
     if rows:
         summary.update(_progress(rows))
@@ -307,6 +344,13 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                               f"{directory.path}") from None
         if not interrupted:
             summary["error"] = f"{type(exc).__name__}: {exc}"
+            held = int(previous.get("rounds_completed") or 0)
+            if resumed_from is not None and previous and len(rows) <= held:
+                # a resume that failed before getting past the rounds the summary held: it keeps what it
+                # held (status, data, timings), with a note of what went wrong
+                kept = {**previous, "resume_error": summary["error"], "resume_failed_at": _stamp(time.time())}
+                summary.clear()
+                summary.update(kept, _keep=True)
         raise
     finally:
         if stop is not None:
@@ -345,14 +389,15 @@ def _restart(server: _Server, directory: RunDirectory, columns, notify, exc) -> 
 def _finish(directory: RunDirectory, server: _Server, rows, summary, started, notify) -> None:
     """Write participation.csv (as of the last saved round) and the summary, whatever happened."""
     try:
-        if rows or summary["status"] == "completed":
+        if rows or summary.get("status") == "completed":
             participation = ray.get(server.actor.participation_after.remote(len(rows)), timeout=5)
             if participation is not None:
                 directory.write_participation(participation)
     except Exception as exc:
         summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
-    summary["finished_at"] = _stamp(time.time())
-    summary["wall_time_s"] = round(time.time() - started, 3)
+    if not summary.pop("_keep", False):
+        summary["finished_at"] = _stamp(time.time())
+        summary["wall_time_s"] = round(time.time() - started, 3)
     _write_summary(directory, summary)
     directory.close()
 

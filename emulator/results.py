@@ -131,17 +131,18 @@ class RunDirectory:
                                 "directory, leave --out unset for a fresh one, or continue it with --resume")
 
     @classmethod
-    def create(cls, scenario: Scenario, out: str | Path | None = None) -> "RunDirectory":
+    def create(cls, scenario: Scenario, out: str | Path | None = None, header: str = "") -> "RunDirectory":
         cls.check_free(scenario, out)
         path = Path(out) if out else default_run_dir(scenario)
         path.mkdir(parents=True, exist_ok=True)
         directory = cls(path).lock()
         cls.check_free(scenario, out)  # again, under the lock: a second process may have started here
-        directory.write_scenario(scenario)
+        directory.write_scenario(scenario, header)
         return directory
 
-    def write_scenario(self, scenario: Scenario) -> None:
-        write_atomic(self.path / "scenario.yaml", dump_scenario(scenario))
+    def write_scenario(self, scenario: Scenario, header: str = "") -> None:
+        """scenario.yaml, after `header` (comment lines, e.g. where in-memory data came from)."""
+        write_atomic(self.path / "scenario.yaml", header + dump_scenario(scenario))
 
     @property
     def metrics_path(self) -> Path:
