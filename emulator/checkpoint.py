@@ -46,6 +46,11 @@ def results_fields(scenario) -> dict:
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
         if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):
             entry["file"] = "sha256:" + _file_digest(Path(entry["file"]))
+    algorithm = fields.get("algorithm", {})
+    for key, schedule in algorithm.items():  # a cosine spanning the scenario's rounds depends on `rounds`
+        if key.endswith("_schedule") and isinstance(schedule, dict) and schedule.get("kind") == "cosine" \
+                and schedule.get("rounds") is None:
+            schedule["rounds"] = scenario.rounds
     return fields
 
 
@@ -60,7 +65,8 @@ def _digest(fields: dict) -> str:
 # Fields added to the schema after checkpoints were first written, with the value that keeps an older run's
 # world unchanged: a checkpoint that lacks one of them matches a scenario holding exactly that value.
 ADDED_FIELDS = {"name": None, "types": None, "ties": [], "correlation": 1.0, "format": "csv", "assign": "cycle",
-                "reuse": True}
+                "reuse": True, "server_optimizer": None, "client_lr_schedule": None, "server_lr_schedule": None,
+                "global_lr_schedule": None, "server_step_lr_schedule": None}
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

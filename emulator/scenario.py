@@ -191,6 +191,121 @@ Selection = Annotated[Union[UniformSelection, BetaSelection, GammaSelection, Wei
                       Field(discriminator="kind")]
 
 
+# ---------------------------------------------------------------- server optimizers and rate schedules
+class ServerOptimizerSettings(Strict):
+    """The base of every server optimizer's config (algorithm.server_optimizer); `kind` names it.
+    The math is emulator/server_optimizers.py (Reddi et al. 2021, Algorithm 2)."""
+
+    kind: str
+
+
+class SgdServerOptimizer(ServerOptimizerSettings):
+    """x <- x + server_lr mean(delta): the plain step, as with no server_optimizer at all."""
+
+    kind: Literal["sgd"] = "sgd"
+
+
+class AdagradServerOptimizer(ServerOptimizerSettings):
+    """FedAdagrad: m <- b1 m + (1 - b1) d; v <- v + d^2; x <- x + server_lr m / (sqrt(v) + tau)."""
+
+    kind: Literal["adagrad"] = "adagrad"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
+
+
+class AdamServerOptimizer(ServerOptimizerSettings):
+    """FedAdam: as FedAdagrad with v <- b2 v + (1 - b2) d^2 (no bias correction, as in the paper)."""
+
+    kind: Literal["adam"] = "adam"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
+
+
+class YogiServerOptimizer(ServerOptimizerSettings):
+    """FedYogi: as FedAdam with v <- v - (1 - b2) d^2 sign(v - d^2), which grows v no faster than additively."""
+
+    kind: Literal["yogi"] = "yogi"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
+
+
+ServerOptimizer = Annotated[
+    Union[SgdServerOptimizer, AdagradServerOptimizer, AdamServerOptimizer, YogiServerOptimizer],
+    Field(discriminator="kind")]
+
+
+class ScheduleSettings(Strict):
+    """The base of every rate schedule (client_lr_schedule, server_lr_schedule, ...): `kind` names it.
+    Rounds count from 1; the arithmetic and its edges are in emulator/schedules.py. Optional linear
+    warm-up: rounds 1..W are scaled by s + (1 - s) r / W (s = warmup_start_factor), on top of the kind."""
+
+    kind: str
+    warmup_rounds: int = Field(0, ge=0)
+    warmup_start_factor: float = Field(0.0, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _warmup(self):
+        if self.warmup_start_factor != 0 and self.warmup_rounds == 0:
+            raise ScenarioFieldError("warmup_start_factor", "only applies with warmup_rounds > 0")
+        return self
+
+
+class ConstantSchedule(ScheduleSettings):
+    """The rate itself every round (with warmup_rounds: a plain warm-up)."""
+
+    kind: Literal["constant"] = "constant"
+
+
+class StepSchedule(ScheduleSettings):
+    """The rate times gamma for each milestone reached; milestone m takes effect at round m. `every: N`
+    means milestones N, 2N, ... FAST's CIFAR-10 setup: {kind: step, milestones: [5000], gamma: 0.5}."""
+
+    kind: Literal["step"] = "step"
+    gamma: float = Field(gt=0)
+    every: Optional[int] = Field(None, gt=0)
+    milestones: Optional[list[int]] = Field(None, min_length=1)
+
+    @model_validator(mode="after")
+    def _steps(self):
+        if self.every is None and self.milestones is None:
+            raise ValueError("a step schedule needs every (decay every N rounds) or milestones (the rounds "
+                             "at which the rate is multiplied by gamma), or both")
+        marks = self.milestones or []
+        if marks and (marks[0] < 1 or any(b <= a for a, b in zip(marks, marks[1:]))):
+            raise ScenarioFieldError("milestones", f"rounds (from 1) in strictly increasing order, got {marks}")
+        return self
+
+
+class ExponentialSchedule(ScheduleSettings):
+    """The rate times gamma ** (r - 1) in round r (round 1 runs at the rate)."""
+
+    kind: Literal["exponential"] = "exponential"
+    gamma: float = Field(gt=0)
+
+
+class CosineSchedule(ScheduleSettings):
+    """Half a cosine from the rate (round 1) to min_lr (round `rounds`, default the scenario's rounds)."""
+
+    kind: Literal["cosine"] = "cosine"
+    min_lr: float = Field(0.0, ge=0)
+    rounds: Optional[int] = Field(None, gt=0)
+
+
+LrSchedule = Annotated[Union[ConstantSchedule, StepSchedule, ExponentialSchedule, CosineSchedule],
+                       Field(discriminator="kind")]
+
+
+def _single_server_momentum(config, owner: str) -> None:
+    """FedAvgM's momentum is its server optimizer: a second one on top is refused rather than guessed at."""
+    if config.server_optimizer is not None and config.server_optimizer.kind != "sgd":
+        raise ScenarioFieldError(
+            "server_optimizer", f"{owner} keeps its own server momentum (momentum); an adaptive server optimizer "
+            "would be a second one on top: use name: fedavg (or host: fedavg) with server_optimizer, or leave "
+            "server_optimizer out")
+
+
 class ClientTraining(Strict):
     """How devices are chosen and how they train locally; shared by every algorithm.
 
@@ -208,6 +323,9 @@ class ClientTraining(Strict):
     sampling: Literal["without_replacement", "with_replacement"] = "without_replacement"
     weighting: Literal["uniform", "samples"] = "uniform"
     selection: Selection = UniformSelection()
+    client_lr_schedule: Optional[LrSchedule] = None  # client_lr round by round (emulator/schedules.py)
+    server_lr_schedule: Optional[LrSchedule] = None  # server_lr round by round
+    server_optimizer: Optional[ServerOptimizer] = None  # the server step (None: sgd, x + server_lr mean(delta))
 
     @model_validator(mode="before")
     @classmethod
@@ -249,6 +367,11 @@ class FedAvgMConfig(ClientTraining):
     server_lr: float = Field(1.0, gt=0)
     momentum: float = Field(0.9, ge=0, lt=1)
 
+    @model_validator(mode="after")
+    def _one_momentum(self):
+        _single_server_momentum(self, "fedavgm")
+        return self
+
 
 class ScaffoldConfig(ClientTraining):
     """SCAFFOLD (Karimireddy et al.), option II control variates; devices send twice the bytes."""
@@ -261,6 +384,10 @@ class ScaffoldConfig(ClientTraining):
         if self.client_optimizer != "sgd" or self.client_momentum != 0:
             raise ValueError("SCAFFOLD's control variates assume plain SGD on the devices: set client_optimizer: "
                              "sgd and client_momentum: 0")
+        schedule = self.client_lr_schedule
+        if schedule is not None and schedule.kind == "cosine" and schedule.min_lr == 0:
+            raise ScenarioFieldError("client_lr_schedule.min_lr", "SCAFFOLD divides by the round's client_lr to "
+                                     "derive each device's control variate; give a min_lr above 0")
         return self
 
 
@@ -280,6 +407,7 @@ class SafariConfig(ClientTraining, ServerTraining):
     server_lr: float = Field(0.1, gt=0)
     server_steps: int = Field(1, gt=0)
     global_lr: float = Field(1.0, gt=0)
+    global_lr_schedule: Optional[LrSchedule] = None  # global_lr (the client rounds' server step) round by round
 
 
 class FslConfig(ClientTraining, ServerTraining):
@@ -295,6 +423,7 @@ class FslConfig(ClientTraining, ServerTraining):
     server_epochs: Optional[int] = Field(None, gt=0)  # E_s passes over the server set instead
     server_step_lr: Optional[float] = Field(None, gt=0)  # eta_0
     couple: bool = True  # eta_0 = K eta_l eta_g / K_0 when server_step_lr is not given
+    server_step_lr_schedule: Optional[LrSchedule] = None  # eta_0 round by round (a coupled eta_0 follows eta_l, eta_g)
 
     @model_validator(mode="after")
     def _server_work(self):
@@ -304,6 +433,10 @@ class FslConfig(ClientTraining, ServerTraining):
             self.server_steps = self.local_steps or 10
         if self.server_step_lr is None and not self.couple:
             raise ValueError("give server_step_lr (eta_0), or set couple: true to derive it from K eta_l eta_g / K_0")
+        if self.server_step_lr_schedule is not None and self.server_step_lr is None:
+            raise ScenarioFieldError("server_step_lr_schedule", "schedules server_step_lr, which is not given: a "
+                                     "coupled eta_0 = K eta_l eta_g / K_0 already follows client_lr_schedule and "
+                                     "server_lr_schedule; give server_step_lr, or leave this out")
         return self
 
 
@@ -334,6 +467,8 @@ class FastConfig(ClientTraining):
         if len(given) != 1:
             raise ValueError("choose one snapshot schedule: q (a probability), every (every I-th round) or "
                              "adaptive: true")
+        if self.host == "fedavgm":
+            _single_server_momentum(self, "host fedavgm")
         return self
 
 

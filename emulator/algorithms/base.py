@@ -49,16 +49,31 @@ class AlgorithmContext:
     server_samples: int = 0  # size of the server's data set
     server_train: ServerTrainer | None = None  # (params, spec, purpose) -> (new params, stats)
     parameter_mask: np.ndarray | None = None  # True where the flat vector holds trainable weights
+    total_rounds: int | None = None  # the scenario's rounds: the default span of a cosine rate schedule
 
 
 class Algorithm:
     name = "base"
     columns: tuple[str, ...] = ()  # extra per-round metric columns this algorithm fills in
     payload = (1, 1)  # model-sized vectors each device downloads and uploads (SCAFFOLD: 2, 2)
+    honours_rates = False  # applies algorithm.server_optimizer and the *_lr_schedule fields (FedAvg's family does)
 
     def __init__(self, config, context: AlgorithmContext):
         self.config = config
         self.context = context
+        if not self.honours_rates:
+            self._refuse_what_it_ignores(config)
+
+    def _refuse_what_it_ignores(self, config) -> None:
+        """A server optimizer or a schedule that the algorithm would silently ignore is an error instead."""
+        optimizer = getattr(config, "server_optimizer", None)
+        given = ["server_optimizer"] if optimizer is not None and optimizer.kind != "sgd" else []
+        fields = getattr(type(config), "model_fields", {})
+        given += [key for key in fields if key.endswith("_lr_schedule") and getattr(config, key) is not None]
+        if given:
+            raise ValueError(f"algorithm {self.name!r} does not apply algorithm.{given[0]} (it keeps its own server "
+                             "step and rates): leave it out, or build the algorithm on "
+                             "emulator.algorithms.fedavg.FedAvg, which applies it")
 
     def plan_round(self, round_index: int) -> RoundPlan:
         raise NotImplementedError

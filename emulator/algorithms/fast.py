@@ -8,6 +8,9 @@ algorithm (FedAvg, FedProx or FedAvgM) trains and aggregates unchanged.
 
 Adaptive FAST: q_0 = 0 and after each round q_{r+1} = clip(q_r + lam (acc_{r-1} - acc_r), 0, 1), where
 acc_r is the mean training accuracy of round r's participants and acc_{-1} = 0.
+
+The host also owns the rates and the server step: algorithm.server_optimizer (with host fedavg or fedprox)
+and the client_lr / server_lr schedules act in every round, snapshot or not.
 """
 from __future__ import annotations
 
@@ -29,17 +32,20 @@ def adapt_q(q: float, previous_accuracy: float, accuracy: float, lam: float) -> 
 class Fast(Algorithm):
     name = "fast"
     columns = ("q",)
+    honours_rates = True  # through its host
 
     def __init__(self, config, context):
         super().__init__(config, context)
         self.host = HOSTS[config.host](config, context)
         self.payload = self.host.payload
+        self.columns = tuple(self.columns) + tuple(c for c in self.host.columns if c not in self.columns)
         self.q = config.q if config.q is not None else (1.0 / config.every if config.every else 0.0)
         self.previous_accuracy = 0.0
         self.snapshot_selection = build_selection(config, context.num_devices, context.seed, uniform=True)
         self._q_this_round = self.q
 
     def plan_round(self, round_index: int) -> RoundPlan:
+        self.host.set_round(round_index)  # a snapshot round does not ask the host to plan: the rates still move
         self._q_this_round = self.q
         if self.config.every:
             snapshot = round_index % self.config.every == 0
@@ -62,7 +68,7 @@ class Fast(Algorithm):
         if self.config.adaptive and row.get("train_acc") is not None:
             self.q = adapt_q(self.q, self.previous_accuracy, row["train_acc"], self.config.lam)
             self.previous_accuracy = row["train_acc"]
-        return {"q": self._q_this_round}
+        return {**self.host.after_round(row), "q": self._q_this_round}
 
     def state(self):
         return {"q": self.q, "previous_accuracy": self.previous_accuracy, "host": self.host.state()}

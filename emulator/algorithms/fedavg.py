@@ -1,7 +1,13 @@
 """FedAvg with two-sided learning rates (Yang, Fang, Liu; ICLR 2021), and the hosts built on it:
-FedProx (a proximal term on the devices) and FedAvgM (server momentum)."""
+FedProx (a proximal term on the devices) and FedAvgM (server momentum).
+
+The server step goes through a server optimizer (emulator/server_optimizers.py: sgd, the default, or
+FedAdagrad / FedAdam / FedYogi), and every rate may follow a schedule (emulator/schedules.py): the rates of
+round r are a pure function of r, set when the round is planned and again when it is aggregated, so
+nothing about them needs saving; the optimizer's moments go into `state()`."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Iterable
 
 import numpy as np
@@ -9,6 +15,8 @@ import numpy as np
 from emulator.aggregation import WeightedMean, server_update
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
+from emulator.schedules import lr_at
+from emulator.server_optimizers import build_server_optimizer
 from emulator.training import LocalTraining
 
 
@@ -27,17 +35,48 @@ class FedAvg(Algorithm):
     Weights: uniform (each draw counts once, so a device drawn twice counts twice) or by sample count."""
 
     name = "fedavg"
+    rates: tuple[str, ...] = ("client_lr", "server_lr")  # the config's rates; `<rate>_schedule` schedules one
+    honours_rates = True
 
     def __init__(self, config, context):
         super().__init__(config, context)
         self._local = local_training_from(config)
         self.selection = build_selection(config, context.num_devices, context.seed)
+        self.server_optimizer = build_server_optimizer(getattr(config, "server_optimizer", None),
+                                                       context.num_params, context.parameter_mask)
+        self._round, self._rates = 1, None
+        if self.scheduled:  # the rates in use go into metrics.csv; without a schedule the columns stay as they were
+            self.columns = tuple(self.columns) + tuple(self.rates)
 
+    # ------------------------------------------------------------------------------------ rates
+    @property
+    def scheduled(self) -> bool:
+        return any(getattr(self.config, f"{rate}_schedule", None) is not None for rate in self.rates)
+
+    def rates_at(self, round_index: int) -> dict[str, float]:
+        """Each rate of round `round_index` (1-based): the config's value, through its schedule if any."""
+        total = self.context.total_rounds
+        return {rate: lr_at(getattr(self.config, rate), getattr(self.config, f"{rate}_schedule", None),
+                            round_index, total) for rate in self.rates if hasattr(self.config, rate)}
+
+    def set_round(self, round_index: int) -> None:
+        """The round whose rates `lr` gives (before any round is planned: round 1's)."""
+        self._round = round_index
+
+    @property
+    def lr(self) -> dict[str, float]:
+        if self._rates is None or self._rates[0] != self._round:
+            self._rates = (self._round, self.rates_at(self._round))
+        return self._rates[1]
+
+    # ------------------------------------------------------------------------------------ hooks
     def plan_round(self, round_index: int) -> RoundPlan:
+        self.set_round(round_index)
         return RoundPlan("client", self.config.clients_per_round, self.selection)
 
     def local_training(self, device: int) -> LocalTraining:
-        return self._local
+        lr = self.lr["client_lr"]
+        return self._local if lr == self._local.lr else replace(self._local, lr=lr)
 
     def weight(self, update: ClientUpdate) -> float:
         """A device that had no data to train on (steps == 0) sends no information and gets no weight."""
@@ -57,13 +96,26 @@ class FedAvg(Algorithm):
         """Per-update bookkeeping beyond the mean (SCAFFOLD's control variates)."""
 
     def server_step(self, params: np.ndarray, mean_delta: np.ndarray) -> np.ndarray:
-        return server_update(params, mean_delta, self.config.server_lr)
+        return self.server_optimizer.step(params, mean_delta, self.lr["server_lr"])
 
     def aggregate(self, params, updates, round_index):
+        self.set_round(round_index)
         mean = self.mean_delta(params, updates)
         if mean.weight == 0:
             return params
         return self.server_step(params, mean.mean())
+
+    def after_round(self, row: dict) -> dict:
+        return dict(self.lr) if self.scheduled else {}
+
+    def state(self) -> dict:
+        """The server optimizer's moments (sgd has none: the state, and old checkpoints, stay as they were)."""
+        optimizer = self.server_optimizer.state()
+        return {"server_optimizer": optimizer} if optimizer else {}
+
+    def load_state(self, state: dict) -> None:
+        if "server_optimizer" in state:
+            self.server_optimizer.load_state(state["server_optimizer"])
 
 
 class FedProx(FedAvg):
@@ -77,7 +129,8 @@ class FedProx(FedAvg):
 
 
 class FedAvgM(FedAvg):
-    """FedAvgM (Hsu et al., 2019): v <- beta v + mean(delta); x <- x + eta v."""
+    """FedAvgM (Hsu et al., 2019): v <- beta v + mean(delta); x <- x + eta v. Its momentum is its server
+    optimizer: the schema refuses an adaptive server_optimizer on top."""
 
     name = "fedavgm"
 
@@ -87,10 +140,11 @@ class FedAvgM(FedAvg):
 
     def server_step(self, params, mean_delta):
         self.velocity = (self.config.momentum * self.velocity.astype(np.float64) + mean_delta).astype(np.float32)
-        return server_update(params, self.velocity, self.config.server_lr)
+        return server_update(params, self.velocity, self.lr["server_lr"])
 
     def state(self):
-        return {"velocity": self.velocity.copy()}
+        return {**super().state(), "velocity": self.velocity.copy()}
 
     def load_state(self, state):
+        super().load_state(state)
         self.velocity = np.asarray(state["velocity"], dtype=np.float32).copy()

@@ -6,6 +6,10 @@ Objective F(x) + gamma f_0(x), with f_0 the loss on the server's set D_0.
 - FSL-p (parallel): the server trains on D_0 from x_t as one more participant (K_0 steps, lr eta_0) and its
   delta is averaged in with weight gamma against each device's 1.
 - DS (Zhao et al.): FedAvg where the server's set is appended to every device's data.
+
+The aggregation step x + eta_g mean(delta) goes through the server optimizer (algorithm.server_optimizer)
+with rate eta_g. Schedules: client_lr_schedule (eta_l), server_lr_schedule (eta_g) and, for a given eta_0,
+server_step_lr_schedule; a coupled eta_0 is derived each round from that round's eta_l and eta_g.
 """
 from __future__ import annotations
 
@@ -13,21 +17,34 @@ import math
 
 import numpy as np
 
-from emulator.aggregation import server_update
 from emulator.algorithms.fedavg import FedAvg, local_training_from
 from emulator.algorithms.safari import server_sgd
+from emulator.schedules import lr_at
 
 
 class Fsl(FedAvg):
     name = "fsl"
+    rates = ("client_lr", "server_lr", "server_step_lr")  # server_step_lr: eta_0, given or coupled
 
     def __init__(self, config, context):
         super().__init__(config, context)
         n0 = context.server_samples
         batch = min(config.server_batch_size, max(n0, 1))
         self.server_steps = config.server_steps or config.server_epochs * math.ceil(n0 / batch)
-        self.eta_0 = config.server_step_lr if config.server_step_lr is not None else (
-            self._client_steps() * config.client_lr * config.server_lr / self.server_steps)
+
+    def rates_at(self, round_index: int) -> dict[str, float]:
+        """eta_l and eta_g through their schedules; eta_0 given (and scheduled), or K eta_l eta_g / K_0."""
+        config = self.config
+        rates = {rate: lr_at(getattr(config, rate), getattr(config, f"{rate}_schedule"), round_index,
+                             self.context.total_rounds) for rate in ("client_lr", "server_lr")}
+        rates["server_step_lr"] = lr_at(config.server_step_lr, config.server_step_lr_schedule, round_index,
+                                        self.context.total_rounds) if config.server_step_lr is not None else (
+            self._client_steps() * rates["client_lr"] * rates["server_lr"] / self.server_steps)
+        return rates
+
+    @property
+    def eta_0(self) -> float:
+        return self.lr["server_step_lr"]
 
     def _client_steps(self) -> float:
         """K: local steps, or for local epochs the steps an average device takes."""
@@ -38,6 +55,7 @@ class Fsl(FedAvg):
         return config.local_epochs * math.ceil(mean_size / min(config.batch_size, max(mean_size, 1)))
 
     def aggregate(self, params, updates, round_index):
+        self.set_round(round_index)
         config = self.config
         mean = self.mean_delta(params, updates)
         if config.variant == "parallel":
@@ -45,8 +63,8 @@ class Fsl(FedAvg):
             trained, _ = self.context.server_train(params, spec, f"fsl-p-{round_index}")
             if config.gamma > 0:
                 mean.add(trained.astype(np.float64) - params, config.gamma)
-            return params if mean.weight == 0 else server_update(params, mean.mean(), config.server_lr)
-        xbar = params if mean.weight == 0 else server_update(params, mean.mean(), config.server_lr)
+            return params if mean.weight == 0 else self.server_step(params, mean.mean())
+        xbar = params if mean.weight == 0 else self.server_step(params, mean.mean())
         spec = server_sgd(config, self.server_steps, config.gamma * self.eta_0)
         trained, _ = self.context.server_train(xbar, spec, f"fsl-{round_index}")
         return trained

@@ -45,7 +45,7 @@ class Scaffold(FedAvg):
         weight = self.weight(update)
         if weight == 0:
             return
-        steps, lr = update.stats.steps, self.config.client_lr
+        steps, lr = update.stats.steps, self.lr["client_lr"]  # the round's eta_l (client_lr_schedule)
         delta_c = np.where(self._mask, -update.delta / (steps * lr) - self.control, 0.0).astype(np.float32)
         old = self.device_controls.get(update.device)
         self.device_controls[update.device] = delta_c if old is None else old + delta_c
@@ -53,8 +53,9 @@ class Scaffold(FedAvg):
         self._reporters += 1
 
     def state(self):
-        return {"control": self.control.copy(), "device_controls": dict(self.device_controls)}
+        return {**super().state(), "control": self.control.copy(), "device_controls": dict(self.device_controls)}
 
     def load_state(self, state):
+        super().load_state(state)
         self.control = np.asarray(state["control"], dtype=np.float32).copy()
         self.device_controls = {int(k): np.asarray(v, dtype=np.float32) for k, v in state["device_controls"].items()}

@@ -54,7 +54,7 @@ class FederatedServer:
         self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
             num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
             seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
-            parameter_mask=param_vector.parameter_mask(self.model)))
+            parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds))
         self.system = build_system(self.scenario, self.label_counts)
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
