@@ -67,6 +67,7 @@ def _digest(fields: dict) -> str:
 ADDED_FIELDS = {"name": None, "types": None, "ties": [], "correlation": 1.0, "format": "csv", "assign": "cycle",
                 "reuse": True, "server_optimizer": None, "client_lr_schedule": None, "server_lr_schedule": None,
                 "global_lr_schedule": None, "server_step_lr_schedule": None}
+ADDED_FIELDS.update({"plugins": [], "options": None})  # plugins and a dataset's own options
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

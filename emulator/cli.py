@@ -16,15 +16,22 @@ def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="emulator", description="Cross-device federated learning emulator.")
     commands = parser.add_subparsers(dest="command", required=True)
 
+    def plugin_arg(p):
+        p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
+                       help="import a module that registers algorithms, models, datasets... (repeatable; added "
+                            "to the scenario's plugins)")
+
     def scenario_args(p):
         p.add_argument("scenario", help="scenario YAML file")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
+        plugin_arg(p)
 
     run = commands.add_parser("run", help="run a scenario, or continue an interrupted run with --resume")
     run.add_argument("scenario", nargs="?", help="scenario YAML file")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
+    plugin_arg(run)
     run.add_argument("--resume", metavar="RUN_DIR", help="continue this run from its last checkpoint")
     run.add_argument("--out", help="run directory (default: OUTPUT_DIR/NAME-TIMESTAMP)")
     run.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
@@ -87,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
 def _validate(args) -> int:
     from emulator.scenario import dump_scenario
 
-    scenario = load_scenario(args.scenario, args.overrides)
+    scenario = load_scenario(args.scenario, args.overrides, args.plugins)
     if not args.quiet:
         print(dump_scenario(scenario), end="")
         print(f"# {args.scenario}: valid", file=sys.stderr)
@@ -106,6 +113,9 @@ def _run(args) -> int:
         if args.resume:
             if args.out:
                 raise ScenarioError("--out: a resumed run continues in its own directory; drop --out")
+            if args.plugins:
+                raise ScenarioError("--plugin: a resumed run uses the plugins it started with (its scenario.yaml); "
+                                    "drop --plugin")
             scenario = resumable_scenario(args.resume, overrides)
             try:
                 with RunProgress(scenario, enabled=not args.quiet) as progress:
@@ -114,7 +124,7 @@ def _run(args) -> int:
                 print(done, file=sys.stderr)
                 return EXIT_OK
         else:
-            scenario = load_scenario(args.scenario, overrides)
+            scenario = load_scenario(args.scenario, overrides, args.plugins)
             with RunProgress(scenario, enabled=not args.quiet) as progress:
                 result = run_scenario(scenario, args.out, on_round=progress.update, stop=stop)
     summary = result.summary
@@ -149,10 +159,10 @@ def _sweep(args) -> int:
 
     overrides = list(args.overrides) + ([f"runtime.address={args.address}"] if args.address else [])
     grid = parse_grid(args.grid)
-    out = Path(args.out) if args.out else default_sweep_dir(args.scenario, overrides)
+    out = Path(args.out) if args.out else default_sweep_dir(args.scenario, overrides, args.plugins)
     if out.exists() and any(out.iterdir()):
         raise ScenarioError(f"--out {out}: the directory is not empty; choose a new one")
-    runs = plan_sweep(args.scenario, overrides, grid, args.seeds, out)
+    runs = plan_sweep(args.scenario, overrides, grid, args.seeds, out, args.plugins)
     console = Console(stderr=True)
     console.print(f"sweep: {len(runs)} runs ({len(runs) // args.seeds} grid points x {args.seeds} seeds) -> {out}")
     with Progress(TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),

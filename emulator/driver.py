@@ -27,6 +27,7 @@ from emulator.data import build_federation
 from emulator.system.ties import check_world
 from emulator.data.federation import Federation
 from emulator.interrupts import RunInterrupted, StopRequest
+from emulator.plugins import innermost, module_files
 from emulator.results import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
@@ -91,7 +92,13 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
         if not (text.startswith("rounds=") or text.startswith("runtime.")):
             raise ScenarioError(f"--resume with --set {text!r}: only rounds and runtime.* can change when resuming; "
                                 "start a new run for other changes")
-    return load_scenario(run_dir / "scenario.yaml", overrides or [])
+    try:  # where the run's plugin modules were found when it started (see _loop)
+        import json
+
+        found = json.loads((run_dir / "summary.json").read_text()).get("plugin_paths") or []
+    except (OSError, ValueError):
+        found = []
+    return load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
 
 
 def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = None,
@@ -184,8 +191,9 @@ def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
 class _Server:
     """The server actor, started again from the last checkpoint if it dies."""
 
-    def __init__(self, scenario: Scenario, context_box: list, pool: RunnerPool):
+    def __init__(self, scenario: Scenario, context_box: list, pool: RunnerPool, runtime_env: dict | None = None):
         self.scenario, self.context_box, self.pool = scenario, context_box, pool
+        self.runtime_env = runtime_env
         self.run_key = unbox(context_box).key
         self.actor = None
         self.starts = 0
@@ -197,7 +205,10 @@ class _Server:
         runtime = self.scenario.runtime
         self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
         name = f"server-{self.run_key}-{self.starts}"
-        self.actor = ServerActor.options(num_cpus=runtime.server_num_cpus, name=name).remote(
+        options = dict(num_cpus=runtime.server_num_cpus, name=name)
+        if self.runtime_env:
+            options["runtime_env"] = self.runtime_env
+        self.actor = ServerActor.options(**options).remote(
             self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
         return _remote(self.actor.load_state.remote(state)) if state is not None else 0
 
@@ -243,12 +254,14 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         if stop is not None:
             stop.install()  # Ray's init installs a SIGTERM handler of its own: ours comes back
         context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
-                             torch_seed(scenario.seed, "model-init"))
+                             torch_seed(scenario.seed, "model-init"), scenario.model.options(),
+                             tuple(scenario.plugins))
         context_box = [ray.put(context)]
         count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
         begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads)
-        server = _Server(scenario, context_box, pool)
+        shipped = plugin_environment(scenario.plugins)
+        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped)
+        server = _Server(scenario, context_box, pool, shipped)
         directory = start.directory
         try:
             server.call("preflight")
@@ -284,6 +297,8 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
                "test_samples": len(federation.test), "started_at": previous.get("started_at", _stamp(started)),
                "host": platform.node(), "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
                "resumed_from_round": resumed_from}
+    if scenario.plugins:  # where the plugins came from, so that a resume finds them again
+        summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
     for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at"):
         summary.pop(stale, None)
     if rows:
@@ -413,13 +428,34 @@ def _write_summary(directory: RunDirectory, summary: dict) -> None:
 
 
 def _remote(ref):
-    """ray.get, unwrapping bad-input errors raised inside an actor so they reach the user as such."""
+    """ray.get, unwrapping bad-input errors raised inside an actor (or a runner under it) so they reach the
+    user as such: one line, exit 2, no Ray traceback."""
     try:
         return ray.get(ref)
     except ray.exceptions.RayTaskError as exc:
-        if isinstance(exc.cause, ScenarioError):
-            raise exc.cause from None
+        inner = innermost(exc)
+        if isinstance(inner, ScenarioError):
+            raise type(inner)(str(inner)) from None
         raise
+
+
+def plugin_environment(plugins: list[str]) -> dict | None:
+    """The runtime_env that ships plugin modules living in the user's directory to every Ray worker (an
+    installed plugin package is already on the workers' path). Actors accept only uploaded packages, so
+    the modules are uploaded to the cluster here, as ray.init does for a job's own py_modules."""
+    files = module_files(plugins)
+    if not files:
+        return None
+    import inspect
+    import tempfile
+
+    from ray._private.runtime_env.py_modules import upload_py_modules_if_needed
+
+    options = {}
+    if "include_gitignore" in inspect.signature(upload_py_modules_if_needed).parameters:
+        options["include_gitignore"] = True
+    with tempfile.TemporaryDirectory() as scratch:
+        return upload_py_modules_if_needed({"py_modules": sorted(files.values())}, scratch_dir=scratch, **options)
 
 
 def _progress(rows: list[dict]) -> dict:

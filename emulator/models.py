@@ -1,4 +1,5 @@
-"""The model zoo, by name. Input shape and class count come from the dataset, so one name fits many."""
+"""The model zoo. Input shape and class count come from the dataset, so one name fits many; names map to
+builders in emulator.registry.MODELS (emulator/builtins.py registers these; plugins add theirs)."""
 from __future__ import annotations
 
 import math
@@ -61,16 +62,22 @@ def resnet18(shape: tuple[int, ...], classes: int) -> nn.Module:
     return model
 
 
-ZOO = {"logreg": logreg, "mlp": mlp, "cnn_fmnist": cnn_fmnist, "cnn_mnist": cnn_mnist,
-       "cnn_cifar": cnn_cifar, "resnet18": resnet18}
+def build_model(name: str, shape: tuple[int, ...], classes: int, seed: int | None = None,
+                options: dict | None = None) -> nn.Module:
+    """A freshly initialised model by its registered name, with the model's own options (the scenario's
+    `model:` fields beside `name`); with a seed, the initial weights are the same in every process."""
+    from emulator.registry import MODELS, RegistryError
 
-
-def build_model(name: str, shape: tuple[int, ...], classes: int, seed: int | None = None) -> nn.Module:
-    """A freshly initialised model; with a seed, the initial weights are the same in every process."""
-    if name not in ZOO:
-        raise ValueError(f"model.name: unknown model {name!r}; choose one of {', '.join(ZOO)}")
-    if seed is None:
-        return ZOO[name](tuple(shape), classes)
+    options = options or {}
+    try:
+        entry = MODELS.get(name)
+    except RegistryError as exc:
+        raise ValueError(f"model.name: {exc}") from None
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        return ZOO[name](tuple(shape), classes)
+        if seed is not None:
+            torch.manual_seed(seed)
+        built = entry.build(tuple(shape), classes, **options)
+    if not isinstance(built, nn.Module):
+        raise TypeError(f"model {name!r} (registered by {entry.origin}): its builder returned "
+                        f"{type(built).__name__}, not a torch.nn.Module")
+    return built

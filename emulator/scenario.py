@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, Optional, Union
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, SerializeAsAny, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-DATASETS = ("synthetic", "fashion_mnist", "mnist", "emnist", "cifar10")
-MODELS = ("logreg", "mlp", "cnn_fmnist", "cnn_mnist", "cnn_cifar", "resnet18")
+from emulator.registry import (ALGORITHMS, AVAILABILITY, DATASETS, MODELS, PARTITIONS, SELECTIONS,
+                               SERVER_OPTIMIZERS, Plugged, Registry)
 
 
 class ScenarioError(ValueError):
@@ -48,17 +48,23 @@ class SyntheticConfig(Strict):
         return self
 
 
-class NaturalPartition(Strict):
+class PartitionSettings(Strict):
+    """The base of every partition scheme's config (data.partition); `scheme` names a registered one."""
+
+    scheme: str
+
+
+class NaturalPartition(PartitionSettings):
     """Each device keeps the data it was generated with (synthetic only)."""
 
     scheme: Literal["natural"] = "natural"
 
 
-class IidPartition(Strict):
+class IidPartition(PartitionSettings):
     scheme: Literal["iid"] = "iid"
 
 
-class DirichletPartition(Strict):
+class DirichletPartition(PartitionSettings):
     """Label proportions per device ~ Dirichlet(alpha); smaller alpha, stronger label skew."""
 
     scheme: Literal["dirichlet"] = "dirichlet"
@@ -67,21 +73,21 @@ class DirichletPartition(Strict):
     min_samples: int = Field(1, ge=0)
 
 
-class ClassesPartition(Strict):
+class ClassesPartition(PartitionSettings):
     """Each device holds `classes_per_client` classes, sampled evenly within them (SAFARI / FSL)."""
 
     scheme: Literal["classes"] = "classes"
     classes_per_client: int = Field(gt=0)
 
 
-class ShardsPartition(Strict):
+class ShardsPartition(PartitionSettings):
     """McMahan et al.: sort by label, cut into shards, give each device `shards_per_client` of them."""
 
     scheme: Literal["shards"] = "shards"
     shards_per_client: int = Field(2, gt=0)
 
 
-class TypesPartition(Strict):
+class TypesPartition(PartitionSettings):
     """Each device's data drawn from its latent type (population.types): a label mix ~ Dirichlet around the
     type's labels or prototype, and an amount weighted by the type's `samples` (times a lognormal factor
     with sigma size_sigma). A class's samples are shared among the types that hold it, so a device never
@@ -92,10 +98,7 @@ class TypesPartition(Strict):
     min_samples: int = Field(1, ge=1)
 
 
-Partition = Annotated[
-    Union[NaturalPartition, IidPartition, DirichletPartition, ClassesPartition, ShardsPartition, TypesPartition],
-    Field(discriminator="scheme"),
-]
+Partition = Plugged(PARTITIONS, PartitionSettings)
 
 
 class ServerSetConfig(Strict):
@@ -114,8 +117,21 @@ class ServerSetConfig(Strict):
         return self
 
 
+class DatasetOptions(Strict):
+    """The base of a dataset's own options (data.options), for datasets that register a config class."""
+
+
+class LeafOptions(DatasetOptions):
+    """LEAF's FEMNIST and Shakespeare (data.root holds LEAF's preprocessed train/ and test/ JSON files):
+    one device per user; `users` keeps that many (picked at random from the seed, or the first by id)."""
+
+    users: Optional[int] = Field(None, gt=0)
+    min_samples: int = Field(1, ge=1)
+    pick: Literal["random", "first"] = "random"
+
+
 class DataConfig(Strict):
-    dataset: Literal["synthetic", "fashion_mnist", "mnist", "emnist", "cifar10"] = "synthetic"
+    dataset: str = "synthetic"
     root: Optional[str] = None
     download: bool = False
     emnist_split: Literal["balanced", "byclass", "bymerge", "digits", "letters", "mnist"] = "balanced"
@@ -123,6 +139,30 @@ class DataConfig(Strict):
     partition: Optional[Partition] = None
     server_set: ServerSetConfig = ServerSetConfig()
     test_samples: Optional[int] = Field(None, gt=0)
+    options: Optional[SerializeAsAny[DatasetOptions]] = Field(None, validate_default=True)
+
+    @field_validator("dataset")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in DATASETS.names():
+            raise ValueError(DATASETS.unknown(name))
+        return name
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, value: Any, info: ValidationInfo):
+        """Validated by the config class the dataset registered (none: the dataset takes no options)."""
+        name = info.data.get("dataset")
+        if name is None:
+            return value
+        config = DATASETS.get(name).config
+        if config is None:
+            if value:
+                raise ValueError(f"dataset {name} takes no options; remove data.options")
+            return None
+        if isinstance(value, config):
+            return value
+        return config.model_validate(value.model_dump() if isinstance(value, BaseModel) else value or {})
 
     @model_validator(mode="before")
     @classmethod
@@ -133,33 +173,54 @@ class DataConfig(Strict):
 
     @model_validator(mode="after")
     def _partition(self):
+        natural = DATASETS.get(self.dataset).fact("natural", False)
         if self.partition is None:
-            self.partition = NaturalPartition() if self.dataset == "synthetic" else IidPartition()
-        if self.partition.scheme == "natural" and self.dataset != "synthetic":
+            self.partition = NaturalPartition() if natural else IidPartition()
+        if self.partition.scheme == "natural" and not natural:
+            others = [n for n in PARTITIONS.names() if n != "natural"]
             raise ScenarioFieldError(
-                "data.partition.scheme", f"'natural' only exists for dataset 'synthetic'; for {self.dataset} "
-                "choose iid, dirichlet, classes, shards or types")
+                "data.partition.scheme", f"'natural' only exists for datasets that come split by user (such as "
+                f"synthetic); for {self.dataset} choose {', '.join(others)}")
         return self
 
 
 class ModelConfig(Strict):
-    name: Literal["logreg", "mlp", "cnn_fmnist", "cnn_mnist", "cnn_cifar", "resnet18"] = "logreg"
+    """The base of every model's config (`model:`, or just its name); `name` names a registered model.
+    A model that registers a config class of its own takes its options here (e.g. hidden sizes)."""
 
-    @model_validator(mode="before")
-    @classmethod
-    def _from_string(cls, data: Any):
-        return {"name": data} if isinstance(data, str) else data
+    name: str = "logreg"
+
+    def options(self) -> dict:
+        """The model's own options: what its builder receives as keyword arguments."""
+        return self.model_dump(exclude={"name"})
+
+
+class CharLstmConfig(ModelConfig):
+    """LEAF's Shakespeare model: embedding, stacked LSTM, a linear layer to the vocabulary."""
+
+    name: Literal["char_lstm"] = "char_lstm"
+    embedding: int = Field(8, gt=0)
+    hidden: int = Field(256, gt=0)
+    layers: int = Field(2, gt=0)
 
 
 # ----------------------------------------------------------------------------------------- algorithm
-class UniformSelection(Strict):
+class SelectionSettings(Strict):
+    """The base of every selection policy's config (algorithm.selection); `kind` names a registered one.
+    `exclude: s` makes s seeded devices never take part, whatever the policy."""
+
+    kind: str
+    exclude: int = Field(0, ge=0)
+
+
+class UniformSelection(SelectionSettings):
     """A uniform draw among the devices that checked in."""
 
     kind: Literal["uniform"] = "uniform"
     exclude: int = Field(0, ge=0)
 
 
-class BetaSelection(Strict):
+class BetaSelection(SelectionSettings):
     """FAST's arbitrary participation: draw x ~ Beta(a, b), take device int(x * M), until the cohort is full."""
 
     kind: Literal["beta"] = "beta"
@@ -168,7 +229,7 @@ class BetaSelection(Strict):
     exclude: int = Field(0, ge=0)
 
 
-class GammaSelection(Strict):
+class GammaSelection(SelectionSettings):
     """FAST: x ~ Gamma(shape, scale), device int(x * M), draws at or past M rejected."""
 
     kind: Literal["gamma"] = "gamma"
@@ -177,7 +238,7 @@ class GammaSelection(Strict):
     exclude: int = Field(0, ge=0)
 
 
-class WeibullSelection(Strict):
+class WeibullSelection(SelectionSettings):
     """FAST: x ~ scale * Weibull(shape), device int(x / divisor * M), draws at or past M rejected."""
 
     kind: Literal["weibull"] = "weibull"
@@ -187,8 +248,7 @@ class WeibullSelection(Strict):
     exclude: int = Field(0, ge=0)
 
 
-Selection = Annotated[Union[UniformSelection, BetaSelection, GammaSelection, WeibullSelection],
-                      Field(discriminator="kind")]
+Selection = Plugged(SELECTIONS, SelectionSettings)
 
 
 # ---------------------------------------------------------------- server optimizers and rate schedules
@@ -231,9 +291,7 @@ class YogiServerOptimizer(ServerOptimizerSettings):
     tau: float = Field(1e-3, gt=0)
 
 
-ServerOptimizer = Annotated[
-    Union[SgdServerOptimizer, AdagradServerOptimizer, AdamServerOptimizer, YogiServerOptimizer],
-    Field(discriminator="kind")]
+ServerOptimizer = Plugged(SERVER_OPTIMIZERS, ServerOptimizerSettings)
 
 
 class ScheduleSettings(Strict):
@@ -310,8 +368,11 @@ class ClientTraining(Strict):
     """How devices are chosen and how they train locally; shared by every algorithm.
 
     `selection.exclude: s` makes s randomly chosen devices never take part (SAFARI's incomplete
-    participation); the other selection kinds are FAST's fixed participation regimes."""
+    participation); the other selection kinds are FAST's fixed participation regimes.
 
+    Every algorithm's config subclasses this; `name` names a registered algorithm."""
+
+    name: str
     clients_per_round: int = Field(10, gt=0)
     client_lr: float = Field(0.01, gt=0)
     local_steps: Optional[int] = Field(None, gt=0)
@@ -472,11 +533,7 @@ class FastConfig(ClientTraining):
         return self
 
 
-AlgorithmConfig = Annotated[
-    Union[FedAvgConfig, FedProxConfig, FedAvgMConfig, ScaffoldConfig, SafariConfig, FslConfig, DataSharingConfig,
-          FastConfig],
-    Field(discriminator="name"),
-]
+AlgorithmConfig = Plugged(ALGORITHMS, ClientTraining)
 
 
 # --------------------------------------------------------------------------------- population, system
@@ -557,13 +614,22 @@ class TieredNetwork(Strict):
         return self
 
 
-class AlwaysAvailable(Strict):
+class AvailabilitySettings(Strict):
+    """The base of every availability model's config (population.availability entries); `kind` names a
+    registered model, `share` the fraction of devices that follow it, `name` labels it in reports."""
+
+    kind: str
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+
+
+class AlwaysAvailable(AvailabilitySettings):
     kind: Literal["always"] = "always"
     share: float = Field(1.0, gt=0, le=1)
     name: Optional[str] = None
 
 
-class NeverAvailable(Strict):
+class NeverAvailable(AvailabilitySettings):
     """Devices that never take part (they never check in)."""
 
     kind: Literal["never"] = "never"
@@ -571,7 +637,7 @@ class NeverAvailable(Strict):
     name: Optional[str] = None
 
 
-class MarkovAvailability(Strict):
+class MarkovAvailability(AvailabilitySettings):
     """On/off periods with exponential durations; the long-run online share is mean_on / (mean_on + mean_off)."""
 
     kind: Literal["markov"] = "markov"
@@ -597,7 +663,7 @@ class TimeZones(Strict):
         return self
 
 
-class DiurnalAvailability(Strict):
+class DiurnalAvailability(AvailabilitySettings):
     """Online in a daily window of local time (e.g. 22:00 for 8 h, charging on Wi-Fi at night).
 
     Each device's window starts at start_hour + a fixed offset in [-start_spread_h/2, start_spread_h/2]
@@ -613,7 +679,7 @@ class DiurnalAvailability(Strict):
     timezones: TimeZones = TimeZones()
 
 
-class TraceAvailability(Strict):
+class TraceAvailability(AvailabilitySettings):
     """Online intervals from a trace file: a CSV (device_id, start_s, end_s) or FedScale's
     client_behave_trace pickle (format: fedscale; each device's own finish_time is its period).
 
@@ -632,10 +698,7 @@ class TraceAvailability(Strict):
     reuse: bool = True
 
 
-Availability = Annotated[
-    Union[AlwaysAvailable, NeverAvailable, MarkovAvailability, DiurnalAvailability, TraceAvailability],
-    Field(discriminator="kind"),
-]
+Availability = Plugged(AVAILABILITY, AvailabilitySettings)
 
 
 # ------------------------------------------------------------------------------- ties to the data
@@ -854,10 +917,11 @@ class OutputConfig(Strict):
 
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+    plugins: list[str] = Field(default_factory=list)  # modules that register parts (see emulator/plugins.py)
     seed: int = Field(0, ge=0)
     rounds: int = Field(gt=0)
-    data: DataConfig = DataConfig()
-    model: ModelConfig = ModelConfig()
+    data: DataConfig = Field(default_factory=DataConfig)
+    model: Plugged(MODELS, ModelConfig) = ModelConfig()
     algorithm: AlgorithmConfig = FedAvgConfig()
     population: PopulationConfig = PopulationConfig()
     system: SystemConfig = SystemConfig()
@@ -883,19 +947,15 @@ class Scenario(Strict):
         if algo.selection.exclude >= devices:
             raise ScenarioFieldError("algorithm.selection.exclude", f"{algo.selection.exclude} excluded devices "
                                      f"leave none of the {devices} to select; lower it")
-        if algo.name in ("safari", "fsl", "ds") and self.data.server_set.size == 0:
+        if ALGORITHMS.get(algo.name).fact("needs_server_data") and self.data.server_set.size == 0:
             raise ScenarioFieldError("data.server_set.size", f"{algo.name} trains on the server's own data: set "
                                      "data.server_set.size (and source) to give the server a data set")
-        image_models = {"cnn_fmnist": (1, 28, 28), "cnn_mnist": (1, 28, 28), "cnn_cifar": (3, 32, 32)}
-        shape = dataset_input_shape(self.data.dataset, self.data.synthetic.dimension)
-        need = image_models.get(self.model.name)
-        if need is not None and shape != need:
-            raise ScenarioFieldError(
-                "model.name", f"{self.model.name} expects inputs of shape {need}, but dataset "
-                f"{self.data.dataset} gives {shape}; use logreg or mlp, or a matching dataset")
-        if self.model.name == "resnet18" and len(shape) != 3:
-            raise ScenarioFieldError("model.name", f"resnet18 needs image data; dataset {self.data.dataset} "
-                                                   "gives flat features")
+        accepts = MODELS.get(self.model.name).fact("accepts")
+        problem = accepts(dataset_input_shape(self.data)) if accepts is not None else None
+        if problem:
+            raise ScenarioFieldError("model.name", f"{self.model.name} {problem}, but dataset {self.data.dataset} "
+                                     f"gives inputs of shape {dataset_input_shape(self.data)}; choose a model that "
+                                     "fits the data (logreg and mlp fit any), or a matching dataset")
         population = self.population
         if self.system.model == "ideal":
             if any(a.kind != "always" for a in population.availability):
@@ -930,13 +990,8 @@ class ScenarioFieldError(ValueError):
 
 
 def dataset_classes(data: DataConfig) -> int:
-    """How many classes a dataset has, known without loading it."""
-    if data.dataset == "synthetic":
-        return data.synthetic.classes
-    if data.dataset == "emnist":
-        return {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26,
-                "mnist": 10}[data.emnist_split]
-    return 10
+    """How many classes a dataset has, known without loading it (the dataset's `classes` fact)."""
+    return int(DATASETS.get(data.dataset).fact("classes")(data))
 
 
 def _check_classes(scenario) -> None:
@@ -990,10 +1045,9 @@ def _check_classes(scenario) -> None:
                                  "behaviour to the types")
 
 
-def dataset_input_shape(dataset: str, synthetic_dimension: int = 60) -> tuple[int, ...]:
-    """The shape of one input sample of each dataset, known without loading it."""
-    return {"synthetic": (synthetic_dimension,), "fashion_mnist": (1, 28, 28), "mnist": (1, 28, 28),
-            "emnist": (1, 28, 28), "cifar10": (3, 32, 32)}[dataset]
+def dataset_input_shape(data: DataConfig) -> tuple[int, ...]:
+    """The shape of one input sample, known without loading the data (the dataset's `input_shape` fact)."""
+    return tuple(DATASETS.get(data.dataset).fact("input_shape")(data))
 
 
 # ------------------------------------------------------------------------------------ loading, errors
@@ -1152,9 +1206,15 @@ def read_yaml(path: str | Path) -> dict:
     return data
 
 
-def load_scenario(path: str | Path, overrides: list[str] | None = None) -> Scenario:
+def load_scenario(path: str | Path, overrides: list[str] | None = None, plugins: list[str] | None = None,
+                  search: list[Path] | None = None) -> Scenario:
+    """The scenario in a YAML file, with --set overrides and --plugin modules (added to its `plugins`);
+    plugin modules are looked for beside the file, then in the working directory, then on sys.path."""
     raw = apply_overrides(read_yaml(path), overrides or [])
-    scenario = validate_scenario(raw, source=str(path))
+    if plugins:
+        raw["plugins"] = list(dict.fromkeys([*(raw.get("plugins") or []), *plugins]))
+    scenario = validate_scenario(raw, source=str(path),
+                                 search=[Path(path).resolve().parent, Path.cwd(), *(search or [])])
     resolve_files(scenario, Path(path).resolve().parent, source=str(path))
     return scenario
 
@@ -1223,11 +1283,18 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
                             "capacity file for both, so give both the same assign")
 
 
-def validate_scenario(raw: dict, source: str = "scenario") -> Scenario:
+def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | None = None) -> Scenario:
+    """A Scenario from plain data; the plugins it names are imported first (looked for in `search`, then
+    on sys.path), so the parts they register validate like the built-ins."""
+    from emulator.plugins import load_plugins
+
+    plugins = raw.get("plugins") if isinstance(raw, dict) else None
+    if isinstance(plugins, list):
+        load_plugins(plugins, search or [Path.cwd()])
     try:
         return Scenario.model_validate(raw)
     except ValidationError as exc:
-        lines = [_describe(err) for err in exc.errors()]
+        lines = [_describe(err, raw) for err in exc.errors()]
         raise ScenarioError(f"{source}: {len(lines)} problem{'s' if len(lines) > 1 else ''}:\n  "
                             + "\n  ".join(dict.fromkeys(lines))) from None
 
@@ -1236,17 +1303,21 @@ def dump_scenario(scenario: Scenario) -> str:
     return yaml.safe_dump(scenario.model_dump(mode="json"), sort_keys=False)
 
 
-def _describe(err: dict) -> str:
+def _describe(err: dict, raw: Any = None) -> str:
     """One line per problem: the YAML path, what was given, and what is allowed."""
     loc, kind, ctx = list(err["loc"]), err["type"], err.get("ctx") or {}
     original = ctx.get("error")
-    model, path = _walk(loc)
+    model, path = _walk(loc, raw)
     if isinstance(original, ScenarioFieldError):
         if original.relative and path:
             return f"{'.'.join(str(p) for p in path)}.{original.path}: {original.message}"
         return f"{original.path}: {original.message}"
     where = ".".join(str(p) for p in path) or "(top level)"
     given = err.get("input", _MISSING)
+    if kind == "plugged_unknown":
+        return f"{where}.{err['msg']}"
+    if kind == "plugged_tag_missing":
+        return f"{where}: {err['msg']}"
     if kind == "extra_forbidden":
         allowed = ", ".join(model.model_fields) if model else "?"
         return f"{where}: unknown key; allowed here: {allowed}"
@@ -1271,17 +1342,23 @@ def _describe(err: dict) -> str:
 _MISSING = object()
 
 
-def _walk(loc: list) -> tuple[type[BaseModel] | None, list]:
+def _walk(loc: list, raw: Any = None) -> tuple[type[BaseModel] | None, list]:
     """Follow a pydantic error location through the schema, dropping discriminator tags; return the model
-    that holds the last key (for listing the allowed keys) and the cleaned YAML path."""
+    that holds the last key (for listing the allowed keys) and the cleaned YAML path. A registered part's
+    config class is found from its tag in the raw scenario."""
     path: list = []
     parent: Any = None
     annotation: Any = Scenario
+    value = raw
     i = 0
     while i < len(loc):
         part = loc[i]
         path.append(part)
         i += 1
+        try:
+            value = value[part]
+        except (KeyError, IndexError, TypeError):
+            value = None
         if isinstance(part, int):  # a list index: step into the item type
             items = typing.get_args(_strip_annotated(annotation))
             annotation = items[0] if items else None
@@ -1290,7 +1367,15 @@ def _walk(loc: list) -> tuple[type[BaseModel] | None, list]:
             parent = model
             field = model.model_fields.get(part) if model is not None else None
             annotation = field.annotation if field is not None else None
+            registry = next((m for m in field.metadata if isinstance(m, Registry)), None) if field else None
+            if registry is not None:  # pydantic keeps a field's Annotated metadata apart
+                annotation = Annotated[annotation, registry]
         if typing.get_origin(_strip_annotated(annotation)) is list:
+            continue
+        registry = _registry_of(annotation)
+        if registry is not None:
+            annotation = registry.config_of(value if not isinstance(value, str) else {registry.tag: value}) \
+                or registry.base
             continue
         members = _union_models(annotation)
         tags = {_tag(m): m for m in members}
@@ -1300,6 +1385,16 @@ def _walk(loc: list) -> tuple[type[BaseModel] | None, list]:
         elif len(members) == 1:
             annotation = members[0]
     return parent, path
+
+
+def _registry_of(annotation: Any) -> Registry | None:
+    """The registry of a `Plugged` field (possibly inside Optional)."""
+    if typing.get_origin(annotation) is Union:
+        args = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return _registry_of(args[0]) if len(args) == 1 else None
+    if typing.get_origin(annotation) is Annotated:
+        return next((m for m in annotation.__metadata__ if isinstance(m, Registry)), None)
+    return None
 
 
 def _strip_annotated(annotation: Any) -> Any:

@@ -106,7 +106,15 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 
 
 def build_server_optimizer(config, size: int, mask: np.ndarray | None = None) -> ServerOptimizer:
-    """From the scenario's `server_optimizer` (None, the default, is sgd)."""
-    if config is None or config.kind == "sgd":
+    """From the scenario's `server_optimizer` (None, the default, is sgd), by its registered kind
+    (emulator.registry.SERVER_OPTIMIZERS: ours, or a plugin's)."""
+    from emulator.registry import SERVER_OPTIMIZERS
+
+    if config is None:
         return ServerOptimizer()
+    return SERVER_OPTIMIZERS.get(config.kind).build(config, size, mask)
+
+
+def adaptive(config, size: int, mask: np.ndarray | None = None) -> AdaptiveServerOptimizer:
+    """FedAdagrad, FedAdam or FedYogi from their config."""
     return AdaptiveServerOptimizer(config.kind, size, config.beta1, getattr(config, "beta2", 0.0), config.tau, mask)

@@ -65,11 +65,11 @@ def _tag(key: str, value: str) -> str:
 
 
 def plan_sweep(path: str | Path, overrides: list[str], grid: list[tuple[str, list[str]]], seeds: int,
-               out: Path) -> list[SweepRun]:
+               out: Path, plugins: list[str] | None = None) -> list[SweepRun]:
     """Every (grid point, seed) as a validated scenario with its own name and run directory."""
     if seeds < 1:
         raise ScenarioError(f"--seeds {seeds}: at least 1")
-    base = load_scenario(path, overrides)
+    base = load_scenario(path, overrides, plugins)
     runs = []
     keys = [key for key, _ in grid]
     for values in itertools.product(*[vals for _, vals in grid]) if grid else [()]:
@@ -78,7 +78,7 @@ def plan_sweep(path: str | Path, overrides: list[str], grid: list[tuple[str, lis
         for s in range(seeds):
             seed = base.seed + s
             name = f"{label}-seed{seed}"
-            scenario = load_scenario(path, overrides + point + [f"seed={seed}", f"name={name}"])
+            scenario = load_scenario(path, overrides + point + [f"seed={seed}", f"name={name}"], plugins)
             runs.append(SweepRun(name, point, scenario, out / name))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
@@ -117,7 +117,7 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
     return result
 
 
-def default_sweep_dir(path: str | Path, overrides: list[str]) -> Path:
-    base = load_scenario(path, overrides)
+def default_sweep_dir(path: str | Path, overrides: list[str], plugins: list[str] | None = None) -> Path:
+    base = load_scenario(path, overrides, plugins)
     return Path(base.output.dir) / f"sweep-{base.name}-{time.strftime('%Y%m%d-%H%M%S')}"
 

@@ -187,7 +187,7 @@ def test_indexing_a_list_the_file_leaves_to_its_default_asks_for_the_whole_list(
                 "to; set the whole list instead: --set 'population.availability=[...]' (its default is "
                 "[{kind: always, share: 1.0}])") in err
     assert "population.compute is not a list" in rejected(capsys, minimal, "population.compute[0]=1")
-    assert "nosuch: unknown key; allowed here: name, seed" in rejected(capsys, minimal, "nosuch[0]=1")
+    assert "nosuch: unknown key; allowed here: name, plugins, seed" in rejected(capsys, minimal, "nosuch[0]=1")
     whole = load_scenario(minimal, ["population.availability=[{kind: always, share: 0.5}]",
                                     "population.availability[+]={kind: never, share: 0.5}"])
     assert [a.kind for a in whole.population.availability] == ["always", "never"]

@@ -345,7 +345,7 @@ BAD = [
     ("server_optimizer: {kind: adam, tau: -0.1}", "algorithm.server_optimizer.tau", "greater than 0"),
     ("server_optimizer: {kind: yogi, beta2: 1.0}", "algorithm.server_optimizer.beta2", "less than 1"),
     ("server_optimizer: {kind: adam, beta1: -0.5}", "algorithm.server_optimizer.beta1", "greater than or equal"),
-    ("server_optimizer: {kind: rmsprop}", "algorithm.server_optimizer.kind", "'adam'"),
+    ("server_optimizer: {kind: rmsprop}", "algorithm.server_optimizer.kind", "not a registered server optimizer; choose one of adagrad, adam, sgd, yogi"),
     ("server_optimizer: {kind: adagrad, beta2: 0.9}", "algorithm.server_optimizer.beta2", "unknown key"),
     ("client_lr_schedule: {kind: linear}", "algorithm.client_lr_schedule.kind", "'cosine'"),
     ("client_lr_schedule: {kind: step, every: 10, gamma: 0}", "algorithm.client_lr_schedule.gamma", "greater than 0"),

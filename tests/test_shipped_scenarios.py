@@ -48,6 +48,7 @@ SLOW = {
     "papers/fsl_cifar10_scenario1.yaml",   # cnn_cifar, 4 devices x an epoch of ~4950 images, 10 server epochs
     "papers/fsl_emnist_scenario1.yaml",
     "papers/safari_cifar10.yaml",          # cnn_cifar, 5 devices x an epoch of 4500 images a round
+    "papers/fast_shakespeare.yaml",        # char_lstm (820k parameters), 14 devices x 10 steps of 80 characters
 }
 
 # Real file names, sample counts and classes of the datasets that are faked (see emulator/data/vision.py):
@@ -82,6 +83,12 @@ def _labels(n: int, classes: int, rng: np.random.Generator) -> np.ndarray:
 
 def _write_fake_dataset(folder: Path, dataset: str, split: str, rng: np.random.Generator) -> None:
     folder.mkdir(parents=True)
+    if dataset in ("shakespeare", "femnist"):  # LEAF's JSON files: 150 users, more than any scenario keeps
+        from leaf_fixtures import femnist_users, shakespeare_users, write_leaf
+
+        sizes = {f"user_{i:03d}": (30 + i % 20, 8) for i in range(150)}
+        write_leaf(folder, shakespeare_users(sizes) if dataset == "shakespeare" else femnist_users(sizes), files=3)
+        return
     if dataset == "cifar10":
         for name in CIFAR10_BATCHES:
             batch = {b"batch_label": name.encode(),

@@ -1,4 +1,5 @@
-"""Algorithms by name. Each family lives in its own module; this registry maps scenario names to classes."""
+"""The algorithm interface and its built-in families (each in its own module). Names map to classes in
+emulator.registry.ALGORITHMS, where a plugin's algorithms go too (emulator/builtins.py registers ours)."""
 from __future__ import annotations
 
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
@@ -8,12 +9,14 @@ from emulator.algorithms.fsl import DataSharing, Fsl
 from emulator.algorithms.safari import Safari
 from emulator.algorithms.scaffold import Scaffold
 
-REGISTRY: dict[str, type[Algorithm]] = {cls.name: cls for cls in (
-    FedAvg, FedProx, FedAvgM, Scaffold, Safari, Fsl, DataSharing, Fast)}
+BUILT_IN = (FedAvg, FedProx, FedAvgM, Scaffold, Safari, Fsl, DataSharing, Fast)
 
 
 def build_algorithm(config, context: AlgorithmContext) -> Algorithm:
-    return REGISTRY[config.name](config, context)
+    """The algorithm the scenario names, from the registry (ours or a plugin's)."""
+    from emulator.registry import ALGORITHMS
+
+    return ALGORITHMS.get(config.name).build(config, context)
 
 
-__all__ = ["Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "REGISTRY", "build_algorithm"]
+__all__ = ["Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "BUILT_IN", "build_algorithm"]

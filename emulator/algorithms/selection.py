@@ -121,15 +121,14 @@ def build_selection(config, num_devices: int, seed: int, uniform: bool = False) 
     snapshots) while keeping any exclusion."""
     from emulator.seeding import rng
 
+    from emulator.registry import SELECTIONS
+
     spec = config.selection
+    replace = config.sampling == "with_replacement"
     if uniform or spec.kind == "uniform":
-        policy: SelectionPolicy = Uniform(replace=config.sampling == "with_replacement")
-    elif spec.kind == "beta":
-        policy = BetaRegime(num_devices, a=spec.a, b=spec.b)
-    elif spec.kind == "gamma":
-        policy = GammaRegime(num_devices, shape=spec.shape, scale=spec.scale)
+        policy: SelectionPolicy = Uniform(replace=replace)
     else:
-        policy = WeibullRegime(num_devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor)
+        policy = SELECTIONS.get(spec.kind).build(spec, num_devices, replace)
     if spec.exclude:
         excluded = np.zeros(num_devices, dtype=bool)
         excluded[rng(seed, "excluded-devices").choice(num_devices, spec.exclude, replace=False)] = True

@@ -6,7 +6,6 @@ import numpy as np
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
-from emulator.data.synthetic import generate_synthetic
 from emulator.data.vision import DataUnavailableError, load_vision
 from emulator.scenario import DataConfig, ScenarioError
 from emulator.seeding import rng
@@ -18,14 +17,17 @@ def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> F
     Each step draws from its own stream (synthetic, partition, server_set, test_subset), so changing, say,
     the server set leaves the partition as it was. Problems the user must fix raise ScenarioError.
     """
+    from emulator.registry import DATASETS
+
     try:
-        if data.dataset == "synthetic":
-            train, test, per_device = generate_synthetic(data.synthetic, devices, rng(seed, "synthetic"))
-            if data.partition.scheme != "natural":
-                per_device = _split(train, devices, data.partition, seed, types)
-        else:
-            train, test = load_vision(data.dataset, data.root, data.download, data.emnist_split)
+        entry = DATASETS.get(data.dataset)
+        train, test, per_device = entry.build(data, devices, seed)
+        if data.partition.scheme != "natural":
             per_device = _split(train, devices, data.partition, seed, types)
+        elif per_device is None or len(per_device) != devices:
+            users = "no natural split" if per_device is None else f"{len(per_device)} users in its natural split"
+            raise ScenarioError(f"population.devices: {devices}, but dataset {data.dataset} has {users}; set "
+                                "population.devices to match, or choose another data.partition.scheme")
         per_device, server = carve_server_set(per_device, train.y, train.num_classes, data.server_set,
                                               rng(seed, "server_set"))
     except ScenarioError:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.scenario import ClassesPartition, DirichletPartition, IidPartition, ShardsPartition, TypesPartition
 
 MAX_DIRICHLET_ATTEMPTS = 100
 REDRAW_MAX_SHORT = 20  # a draw leaving more devices below min_samples is topped up, not redrawn
@@ -293,14 +292,7 @@ def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np
 
 
 def partition(labels: np.ndarray, num_classes: int, devices: int, spec, rng: np.random.Generator) -> list[np.ndarray]:
-    """Dispatch on the schema's partition spec; 'natural' belongs to the data generator, not here."""
-    if isinstance(spec, IidPartition):
-        return partition_iid(len(labels), devices, rng)
-    if isinstance(spec, DirichletPartition):
-        return partition_dirichlet(labels, num_classes, devices, spec.alpha, spec.balanced, spec.min_samples, rng)
-    if isinstance(spec, ClassesPartition):
-        return partition_classes(labels, num_classes, devices, spec.classes_per_client, rng)
-    if isinstance(spec, ShardsPartition):
-        return partition_shards(labels, devices, spec.shards_per_client, rng)
-    raise ValueError(f"data.partition.scheme: {getattr(spec, 'scheme', spec)!r} is not a split of a pooled "
-                     "dataset; choose iid, dirichlet, classes or shards")
+    """The split the scheme names (emulator.registry.PARTITIONS: ours or a plugin's)."""
+    from emulator.registry import PARTITIONS
+
+    return PARTITIONS.get(spec.scheme).build(labels, num_classes, devices, spec, rng)

@@ -28,7 +28,8 @@ class RunnerPool:
         self.runners = list(runners)
 
     @classmethod
-    def start(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None) -> "RunnerPool":
+    def start(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
+              runtime_env: dict | None = None) -> "RunnerPool":
         """Start `count` runner actors with fractional resource shares, spread over the cluster's nodes.
 
         Runners restart when they die and their unfinished calls are retried elsewhere, so a lost worker
@@ -42,6 +43,8 @@ class RunnerPool:
                            "each runner 1 CPU so more runners train devices side by side")
         options = dict(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
                        scheduling_strategy="SPREAD")
+        if runtime_env:  # plugin modules from the user's directory, shipped to the workers
+            options["runtime_env"] = runtime_env
         runners = [RunnerActor.options(**options).remote(torch_threads) for _ in range(count)]
         ray.get([r.ping.remote() for r in runners])
         return cls(runners)
@@ -69,16 +72,18 @@ class RunnerPool:
                 next_out += 1
 
     @classmethod
-    def shared(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None) -> "RunnerPool":
+    def shared(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
+               runtime_env: dict | None = None) -> "RunnerPool":
         """Runners kept alive across runs in this Ray session (tests, notebooks, sweeps): a run takes the
         first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
-        key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads)
+        shipped = tuple((runtime_env or {}).get("py_modules", ()))
+        key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads, shipped)
         with _SHARED_LOCK:  # concurrent runs of a sweep ask at the same time
             _stop_idle_shared(keep=key)
             runners = _SHARED.setdefault(key, [])
             if len(runners) < count:
-                runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads).runners)
+                runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads, runtime_env).runners)
             pool = cls(runners[:count])
             _IN_USE[key] = _IN_USE.get(key, 0) + 1
         pool.shared_key = key

@@ -7,7 +7,7 @@ vector, the device's local steps and returning a delta.
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import ray
@@ -17,6 +17,8 @@ from emulator import params as param_vector
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
 from emulator.models import build_model
+from emulator.plugins import guard, load_plugins
+from emulator.registry import MODELS
 from emulator.training import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
 
 
@@ -28,6 +30,8 @@ class RunContext:
     federation: Federation
     model_name: str
     model_seed: int
+    model_options: dict = field(default_factory=dict)  # the model's own options (scenario `model:` fields)
+    plugins: tuple[str, ...] = ()  # modules to import before building anything (they register parts)
 
 
 def unbox(context_box: list) -> RunContext:
@@ -62,8 +66,10 @@ class DeviceRunner:
     def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
         if key not in self._runs:
             context = unbox(context_box)
+            load_plugins(context.plugins)
             train = context.federation.train
-            model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed)
+            model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed,
+                                context.model_options)
             self._runs[key] = (context, model.to(self.device))
             while len(self._runs) > self.max_cached_runs:
                 self._runs.popitem(last=False)
@@ -84,7 +90,8 @@ class DeviceRunner:
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         torch.manual_seed(job.seed)  # dropout masks
-        stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction)
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+            stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction)
         delta = param_vector.flatten(model)
         delta -= global_params
         return ClientUpdate(job.device, len(samples), delta, stats, job.multiplicity)

@@ -17,6 +17,8 @@ from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
+from emulator.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
+from emulator.registry import ALGORITHMS
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
@@ -34,13 +36,14 @@ CLASS_ACCURACY = "_class_acc"  # a row's per-class test accuracies (evaluation r
 class FederatedServer:
     def __init__(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None):
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
+        load_plugins(scenario.get("plugins", []))  # before validating: plugins register the names it uses
         self.scenario = Scenario.model_validate(scenario)
         self.context_box = context_box
         context = unbox(context_box)
         self.run_key = context.key
         federation = context.federation
         self.model = build_model(context.model_name, federation.train.input_shape, federation.train.num_classes,
-                                 context.model_seed)
+                                 context.model_seed, context.model_options)
         self.params = param_vector.flatten(self.model)
         self.model_bytes = param_vector.nbytes(self.model)
         self.sizes = federation.sizes
@@ -51,10 +54,14 @@ class FederatedServer:
         self.test_x, self.test_y = federation.test.tensors()
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
-        self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
-            num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
-            seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
-            parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds))
+        entry = ALGORITHMS.get(self.scenario.algorithm.name)
+        with guard(entry.origin, f"algorithm {entry.name!r}", "__init__"):
+            self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
+                num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
+                seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
+                parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds))
+        if is_plugin(entry.origin):  # a user's hooks are guarded and what they return is checked
+            self.algorithm = GuardedAlgorithm(self.algorithm, entry.origin, entry.name, len(self.params))
         self.system = build_system(self.scenario, self.label_counts)
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])

@@ -451,13 +451,7 @@ class AvailabilityMix:
 
 
 def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
-    if entry.kind == "always":
-        return Always(members)
-    if entry.kind == "never":
-        return Never(members)
-    if entry.kind == "markov":
-        share = None if world is None else world.values("online_share", members)
-        return Markov(members, entry, stream, share)
-    if entry.kind == "diurnal":
-        return Diurnal(members, entry, stream, key, world)
-    return Trace(members, entry, stream, world)
+    """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's)."""
+    from emulator.registry import AVAILABILITY
+
+    return AVAILABILITY.get(entry.kind).build(entry, members, stream, key, world)

@@ -1,0 +1,139 @@
+"""The emulator's own parts, registered exactly as a user's plugin registers its parts.
+
+This module is imported the first time a registry is asked for a name (emulator/plugins.py), so a
+scenario validates against the same tables whether the part is ours or a plugin's. Each registration
+names the builder, the config class the scenario's section is validated with, and the facts the schema
+needs to check a scenario before anything runs.
+"""
+from __future__ import annotations
+
+from emulator import scenario as s
+from emulator.algorithms import fast, fedavg, fsl, safari, scaffold
+from emulator.algorithms import selection
+from emulator.data.partition import partition_classes, partition_dirichlet, partition_iid, partition_shards
+from emulator.data.synthetic import generate_synthetic
+from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
+from emulator.data.vision import load_vision
+from emulator import models
+from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
+                               register_partition, register_selection, register_server_optimizer)
+from emulator.server_optimizers import ServerOptimizer, adaptive
+from emulator.seeding import rng
+from emulator.system import availability
+from emulator.text_models import char_lstm
+
+# ----------------------------------------------------------------------------------------- algorithms
+register_algorithm("fedavg", fedavg.FedAvg, config=s.FedAvgConfig)
+register_algorithm("fedprox", fedavg.FedProx, config=s.FedProxConfig)
+register_algorithm("fedavgm", fedavg.FedAvgM, config=s.FedAvgMConfig)
+register_algorithm("scaffold", scaffold.Scaffold, config=s.ScaffoldConfig)
+register_algorithm("safari", safari.Safari, config=s.SafariConfig, needs_server_data=True)
+register_algorithm("fsl", fsl.Fsl, config=s.FslConfig, needs_server_data=True)
+register_algorithm("ds", fsl.DataSharing, config=s.DataSharingConfig, needs_server_data=True)
+register_algorithm("fast", fast.Fast, config=s.FastConfig)
+
+
+# --------------------------------------------------------------------------------------------- models
+def _shape(need: tuple[int, ...]):
+    return lambda shape: None if tuple(shape) == need else f"expects inputs of shape {need}"
+
+
+register_model("logreg", models.logreg)
+register_model("mlp", models.mlp)
+register_model("cnn_fmnist", models.cnn_fmnist, accepts=_shape((1, 28, 28)))
+register_model("cnn_mnist", models.cnn_mnist, accepts=_shape((1, 28, 28)))
+register_model("cnn_cifar", models.cnn_cifar, accepts=_shape((3, 32, 32)))
+register_model("resnet18", models.resnet18,
+               accepts=lambda shape: None if len(shape) == 3 else "needs image data (channels, height, width)")
+register_model("char_lstm", char_lstm, config=s.CharLstmConfig,
+               accepts=lambda shape: None if len(shape) == 1 else "reads sequences of token ids (length,)")
+
+
+# ------------------------------------------------------------------------------------------- datasets
+def _synthetic(data, devices: int, seed: int):
+    return generate_synthetic(data.synthetic, devices, rng(seed, "synthetic"))
+
+
+def _vision(name: str):
+    def load(data, devices: int, seed: int):
+        train, test = load_vision(name, data.root, data.download, data.emnist_split)
+        return train, test, None
+    return load
+
+
+EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
+
+register_dataset("synthetic", _synthetic, natural=True, classes=lambda data: data.synthetic.classes,
+                 input_shape=lambda data: (data.synthetic.dimension,))
+for _name in ("fashion_mnist", "mnist"):
+    register_dataset(_name, _vision(_name), classes=lambda data: 10, input_shape=lambda data: (1, 28, 28))
+register_dataset("emnist", _vision("emnist"), classes=lambda data: EMNIST_CLASSES[data.emnist_split],
+                 input_shape=lambda data: (1, 28, 28))
+register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_shape=lambda data: (3, 32, 32))
+
+
+def _leaf(name: str):
+    def load(data, devices: int, seed: int):
+        options = data.options
+        return load_leaf(name, data.root, options.users, options.min_samples, seed, pick=options.pick)
+    return load
+
+
+for _name in LEAF_DATASETS:  # one device per LEAF user: a natural split
+    register_dataset(_name, _leaf(_name), config=s.LeafOptions, natural=True,
+                     classes=lambda data, name=_name: leaf_classes(name),
+                     input_shape=lambda data, name=_name: leaf_input_shape(name))
+
+
+# ----------------------------------------------------------------------------------------- partitions
+def _natural(labels, num_classes, devices, spec, stream):
+    raise ValueError("data.partition.scheme: 'natural' keeps the dataset's own split by user; it is not a "
+                     "split of pooled data")
+
+
+def _types(labels, num_classes, devices, spec, stream):
+    raise ValueError("data.partition.scheme: 'types' needs population.types; it is built with them")
+
+
+register_partition("natural", _natural, config=s.NaturalPartition)
+register_partition("iid", lambda labels, num_classes, devices, spec, stream:
+                   partition_iid(len(labels), devices, stream), config=s.IidPartition)
+register_partition("dirichlet", lambda labels, num_classes, devices, spec, stream: partition_dirichlet(
+    labels, num_classes, devices, spec.alpha, spec.balanced, spec.min_samples, stream), config=s.DirichletPartition)
+register_partition("classes", lambda labels, num_classes, devices, spec, stream: partition_classes(
+    labels, num_classes, devices, spec.classes_per_client, stream), config=s.ClassesPartition)
+register_partition("shards", lambda labels, num_classes, devices, spec, stream: partition_shards(
+    labels, devices, spec.shards_per_client, stream), config=s.ShardsPartition)
+register_partition("types", _types, config=s.TypesPartition)
+
+
+# ---------------------------------------------------------------------------------- selection policies
+register_selection("uniform", lambda spec, devices, replace: selection.Uniform(replace=replace),
+                   config=s.UniformSelection)
+register_selection("beta", lambda spec, devices, replace: selection.BetaRegime(devices, a=spec.a, b=spec.b),
+                   config=s.BetaSelection)
+register_selection("gamma", lambda spec, devices, replace: selection.GammaRegime(
+    devices, shape=spec.shape, scale=spec.scale), config=s.GammaSelection)
+register_selection("weibull", lambda spec, devices, replace: selection.WeibullRegime(
+    devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor), config=s.WeibullSelection)
+
+
+# -------------------------------------------------------------------------------- availability models
+register_availability("always", lambda entry, members, stream, key, world: availability.Always(members),
+                      config=s.AlwaysAvailable)
+register_availability("never", lambda entry, members, stream, key, world: availability.Never(members),
+                      config=s.NeverAvailable)
+register_availability("markov", lambda entry, members, stream, key, world: availability.Markov(
+    members, entry, stream, None if world is None else world.values("online_share", members)),
+    config=s.MarkovAvailability)
+register_availability("diurnal", lambda entry, members, stream, key, world: availability.Diurnal(
+    members, entry, stream, key, world), config=s.DiurnalAvailability)
+register_availability("trace", lambda entry, members, stream, key, world: availability.Trace(
+    members, entry, stream, world), config=s.TraceAvailability)
+
+
+# ---------------------------------------------------------------------------------- server optimizers
+register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(), config=s.SgdServerOptimizer)
+register_server_optimizer("adagrad", adaptive, config=s.AdagradServerOptimizer)
+register_server_optimizer("adam", adaptive, config=s.AdamServerOptimizer)
+register_server_optimizer("yogi", adaptive, config=s.YogiServerOptimizer)

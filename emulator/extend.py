@@ -1,0 +1,43 @@
+"""Everything a plugin needs, in one stable import: `from emulator.extend import ...`.
+
+A plugin is a module of your own that registers parts at import:
+
+    from typing import Literal
+    from emulator.extend import ClientTraining, FedAvg, register_algorithm
+
+    class MyConfig(ClientTraining):             # the scenario's `algorithm:` section, validated
+        name: Literal["mine"] = "mine"
+        strength: float = 0.1
+
+    class Mine(FedAvg):
+        def server_step(self, params, mean_delta):
+            return params + (1 + self.config.strength) * mean_delta
+
+    register_algorithm("mine", Mine, config=MyConfig)
+
+and a scenario names it: `plugins: [my_module]`, `algorithm: {name: mine, strength: 0.2}`. What each
+kind's builder receives and returns is in docs/extending.md; everything here keeps its name and meaning
+across releases (a change is announced in the changelog first).
+"""
+from __future__ import annotations
+
+from emulator.aggregation import WeightedMean, server_update
+from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
+from emulator.algorithms.fedavg import FedAvg, local_training_from
+from emulator.algorithms.selection import SelectionPolicy
+from emulator.data.federation import ArrayDataset
+from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
+                               register_partition, register_selection, register_server_optimizer)
+from emulator.scenario import (AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, FedAvgConfig,
+                               ModelConfig, PartitionSettings, ScenarioError, SelectionSettings, Strict)
+from emulator.system.availability import AvailabilityModel
+from emulator.training import LocalTraining, TrainStats
+
+__all__ = [
+    "register_algorithm", "register_model", "register_dataset", "register_partition", "register_selection",
+    "register_availability", "register_server_optimizer",
+    "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
+    "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
+    "ArrayDataset", "Strict", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
+    "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ScenarioError",
+]

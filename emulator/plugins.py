@@ -1,0 +1,193 @@
+"""Finding a user's parts: plugin modules named in a scenario (`plugins:`), on the command line
+(`--plugin`), or installed packages that declare the `fl_emulator.plugins` entry-point group.
+
+A plugin is a plain importable module that calls `register_*` at import. The driver imports plugins before
+it validates a scenario (so their names and configs validate like ours), and every Ray actor imports them
+again before it builds anything (a registry filled in the driver is not visible in other processes). A
+module that lives in the user's directory rather than in an installed package travels to the workers in
+the actors' runtime_env (`py_modules`), so it runs on a cluster whose nodes never saw the file.
+"""
+from __future__ import annotations
+
+import importlib
+import sys
+import sysconfig
+import traceback
+from contextlib import contextmanager
+from importlib import metadata
+from pathlib import Path
+
+from emulator.scenario import ScenarioError
+
+ENTRY_POINT_GROUP = "fl_emulator.plugins"
+_BUILTINS_LOADED = False
+_ENTRY_POINTS_LOADED = False
+
+
+class PluginError(ScenarioError):
+    """A plugin could not be used: it failed to import, registered a taken name, or one of its hooks failed."""
+
+
+def load_builtins() -> None:
+    """The emulator's own parts, registered through the same calls a plugin makes."""
+    global _BUILTINS_LOADED
+    if not _BUILTINS_LOADED:
+        _BUILTINS_LOADED = True
+        importlib.import_module("emulator.builtins")
+
+
+def load_entry_points() -> None:
+    """Import every installed package's `fl_emulator.plugins` entry points, once per process."""
+    global _ENTRY_POINTS_LOADED
+    load_builtins()
+    if _ENTRY_POINTS_LOADED:
+        return
+    _ENTRY_POINTS_LOADED = True
+    for point in metadata.entry_points(group=ENTRY_POINT_GROUP):
+        where = f"entry point {point.name!r} ({point.value}) of {getattr(point.dist, 'name', '?')}"
+        try:
+            loaded = point.load()
+            if callable(loaded) and not isinstance(loaded, type(sys)):
+                loaded()
+        except Exception as exc:  # a broken installed plugin names itself instead of breaking every run
+            raise PluginError(f"{where}: failed to load: {_cause(exc)}; fix or uninstall that package") from None
+
+
+def load_plugins(modules: list[str] | tuple[str, ...], search: list[Path] | tuple[Path, ...] = ()) -> None:
+    """Import plugin modules by name, looking also in `search` (the scenario's directory, the working
+    directory); a failure names the module and what went wrong, without a traceback."""
+    from emulator.registry import RegistryError
+
+    load_entry_points()
+    for name in modules:
+        if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
+            raise PluginError(f"plugins: {name!r} is not a module name; give a dotted module name such as "
+                              "my_lab.fedfoo (a file my_lab/fedfoo.py beside the scenario or on PYTHONPATH)")
+        if name in sys.modules:
+            continue
+        _search(search)
+        try:
+            importlib.import_module(name)
+        except RegistryError as exc:
+            raise PluginError(f"plugin {name}: {exc}") from None
+        except ModuleNotFoundError as exc:
+            if exc.name and name.startswith(exc.name):
+                looked = ", ".join(str(p) for p in search) or "sys.path"
+                raise PluginError(f"plugins: no module {name!r} (looked beside the scenario and in {looked}, then "
+                                  "on sys.path); put it there, install its package, or fix the name") from None
+            raise PluginError(f"plugin {name}: failed to import: {_cause(exc)}") from None
+        except Exception as exc:
+            raise PluginError(f"plugin {name}: failed to import: {_cause(exc)}") from None
+
+
+def module_files(modules: list[str]) -> dict[str, str]:
+    """Each plugin's file (or package directory), for modules that are not installed packages: what Ray
+    must ship to the workers (runtime_env py_modules). Installed plugins are found on the workers' own path."""
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("purelib", "platlib")}
+    files = {}
+    for name in modules:
+        module = sys.modules.get(name)
+        file = getattr(module, "__file__", None)
+        if file is None:
+            continue
+        top = name.split(".")[0]
+        root = Path(sys.modules[top].__file__).resolve()
+        root = root.parent if root.name == "__init__.py" else root
+        if any(parent in installed for parent in root.parents) or top == "emulator":
+            continue
+        files[top] = str(root)
+    return files
+
+
+def _search(paths) -> None:
+    """Put the plugin's directories on the path (for good: a plugin may import its siblings later)."""
+    for path in reversed([str(Path(p).resolve()) for p in paths]):
+        if path not in sys.path:
+            sys.path.insert(0, path)
+
+
+def _cause(exc: BaseException) -> str:
+    """`Type: message (file:line)` of the innermost frame, which is where the plugin's own code failed."""
+    frames = traceback.extract_tb(exc.__traceback__)
+    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{at}"
+
+
+# ------------------------------------------------------------------------------ a plugin's hooks at run time
+def is_plugin(origin: str) -> bool:
+    return not (origin == "emulator" or origin.startswith("emulator."))
+
+
+@contextmanager
+def guard(origin: str, part: str, hook: str):
+    """Turn an exception from a plugin's code into a PluginError naming the plugin, the hook and the fix
+    (exit 2, no Ray traceback); our own parts' errors pass through untouched."""
+    try:
+        yield
+    except Exception as exc:
+        inner = innermost(exc)
+        if isinstance(inner, ScenarioError):
+            raise type(inner)(str(inner)) from None
+        if not is_plugin(origin):
+            raise
+        raise PluginError(f"plugin {origin}: {part}'s {hook} raised {_cause(inner)}; fix the plugin, then run "
+                          "again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
+                          ) from None
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The exception under Ray's task-error wrappers (a runner's error reaches the driver through two)."""
+    seen = 0
+    while hasattr(exc, "cause") and getattr(exc, "cause") is not None and seen < 8:
+        exc, seen = exc.cause, seen + 1
+    return exc
+
+
+class GuardedAlgorithm:
+    """A plugin algorithm as the server sees it: every hook call is guarded, and what a hook returns is
+    checked against what the server needs (parameters of the model's shape and dtype, a LocalTraining...)."""
+
+    def __init__(self, algorithm, origin: str, name: str, num_params: int):
+        self._inner, self._origin, self._num_params = algorithm, origin, num_params
+        self._part = f"algorithm {name!r}"
+
+    def __getattr__(self, name: str):
+        value = getattr(self._inner, name)
+        if not callable(value) or name.startswith("_"):
+            return value
+
+        def call(*args, **kwargs):
+            with guard(self._origin, self._part, name):
+                result = value(*args, **kwargs)
+            self._check(name, result)
+            return result
+        return call
+
+    def _check(self, hook: str, result) -> None:
+        import numpy as np
+
+        from emulator.algorithms.base import RoundPlan
+        from emulator.training import LocalTraining
+
+        def bad(what: str, fix: str):
+            raise PluginError(f"plugin {self._origin}: {self._part}'s {hook} returned {what}; {fix}")
+
+        if hook in ("aggregate", "server_round"):
+            params = result[0] if hook == "server_round" and isinstance(result, tuple) else result
+            if not isinstance(params, np.ndarray):
+                bad(type(params).__name__, "return the next global parameters as a numpy array")
+            if params.shape != (self._num_params,):
+                bad(f"an array of shape {params.shape}", f"return a flat vector of the model's {self._num_params} "
+                    "parameters (the shape of the params it was given)")
+            if params.dtype != np.float32:
+                bad(f"dtype {params.dtype}", "return float32 parameters, as given (e.g. .astype(np.float32))")
+            if not np.isfinite(params).all():
+                bad("non-finite parameters (NaN or inf)", "check the update rule (a learning rate too large?)")
+        elif hook == "plan_round" and not isinstance(result, RoundPlan):
+            bad(type(result).__name__, "return an emulator.algorithms.RoundPlan")
+        elif hook == "local_training" and not isinstance(result, LocalTraining):
+            bad(type(result).__name__, "return an emulator.training.LocalTraining")
+        elif hook == "job_payload" and result is not None and (
+                not isinstance(result, np.ndarray) or result.shape != (self._num_params,)):
+            bad(f"{type(result).__name__} {getattr(result, 'shape', '')}",
+                f"return None or a flat float32 vector of {self._num_params} values")

@@ -1,0 +1,295 @@
+"""Plugins: a user's algorithm, model and dataset, written outside the repository, run like ours.
+
+The example package examples/fedlab (FedDyn, an MLP for tables, a CSV split by user) is copied to a
+temporary directory, so nothing here can lean on files of the emulator's own tree.
+"""
+import json
+import re
+import shutil
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import ROOT, comparable, digest
+from emulator.cli import main
+from emulator.registry import ALGORITHMS, MODELS, Registry, RegistryError
+from emulator.scenario import ScenarioError, Strict, load_scenario, validate_scenario
+
+EXAMPLE = ROOT / "examples" / "fedlab"
+
+
+@pytest.fixture
+def lab(tmp_path):
+    """The example plugin package and its scenario, in a directory of their own (outside the repository)."""
+    home = tmp_path / "lab"
+    shutil.copytree(EXAMPLE, home)
+    raw = yaml.safe_load((home / "feddyn.yaml").read_text())
+    raw["data"]["options"]["file"] = str(home / "data" / "users.csv")
+    raw.update(rounds=4, evaluation={"every": 2}, output={"checkpoint_every": 2})
+    (home / "feddyn.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    forget_fedlab()
+    yield home
+    forget_fedlab()
+
+
+def forget_fedlab():
+    """Each test imports the package from its own copy (a process keeps the first import of a module)."""
+    for name in [n for n in sys.modules if n == "fedlab" or n.startswith("fedlab.")]:
+        del sys.modules[name]
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+# ----------------------------------------------------------------------------------- registries
+def test_an_unknown_name_lists_what_is_registered():
+    with pytest.raises(ScenarioError) as err:
+        validate_scenario({"name": "x", "rounds": 1, "algorithm": {"name": "fednova"}})
+    message = str(err.value)
+    assert "algorithm.name: 'fednova' is not a registered algorithm" in message
+    assert all(name in message for name in ("fedavg", "fast", "safari", "fsl", "scaffold"))
+    assert "plugins:" in message
+
+
+def test_builtins_register_through_the_public_registries():
+    assert {"fedavg", "fedprox", "fedavgm", "scaffold", "safari", "fsl", "ds", "fast"} <= set(ALGORITHMS.names())
+    assert ALGORITHMS.get("safari").fact("needs_server_data") is True
+    assert MODELS.get("cnn_fmnist").fact("accepts")((3, 32, 32)) is not None
+
+
+def test_a_taken_name_config_without_forbid_or_a_wrong_base_is_refused():
+    registry = Registry("widget", "name", "widget.name")
+    registry.register("a", lambda: 1)
+    with pytest.raises(RegistryError, match="already registered by"):
+        registry.register("a", lambda: 2)
+
+    from pydantic import BaseModel
+
+    class Loose(BaseModel):
+        name: str = "b"
+
+    with pytest.raises(RegistryError, match="must forbid unknown keys"):
+        registry.register("b", lambda: 1, config=Loose)
+    registry.base = Strict
+
+    class NoTag(Strict):
+        size: int = 1
+
+    with pytest.raises(RegistryError, match="needs a 'name' field"):
+        registry.register("c", lambda: 1, config=NoTag)
+
+
+# ----------------------------------------------------------------------------- loading plugins
+def test_a_plugin_scenario_validates_with_its_own_config_and_errors(lab):
+    scenario = load_scenario(lab / "feddyn.yaml")
+    assert scenario.algorithm.name == "feddyn" and scenario.algorithm.alpha == 0.01
+    assert scenario.model.options() == {"hidden": [32], "dropout": 0.1}
+    with pytest.raises(ScenarioError) as err:
+        load_scenario(lab / "feddyn.yaml", ["algorithm.alpha=-1", "model.hidden=[]", "algorithm.alfa=1"])
+    message = str(err.value)
+    assert "algorithm.alpha: Input should be greater than 0" in message
+    assert "model.hidden: List should have at least 1 item" in message
+    assert "algorithm.alfa: unknown key; allowed here:" in message and "alpha" in message
+
+
+def test_plugin_import_problems_name_the_module_and_exit_2(tmp_path, capsys):
+    write(tmp_path / "broken_plugin.py", """\
+        import numpy
+        raise RuntimeError("the plugin's own bug")
+    """)
+    write(tmp_path / "greedy_plugin.py", """\
+        from emulator.extend import FedAvg, register_algorithm
+        register_algorithm("fedavg", FedAvg)
+    """)
+    scenario = write(tmp_path / "s.yaml", "name: x\nrounds: 1\n")
+    cases = {"no_such_plugin": "plugins: no module 'no_such_plugin'",
+             "broken_plugin": "plugin broken_plugin: failed to import: RuntimeError: the plugin's own bug "
+                              f"({tmp_path / 'broken_plugin.py'}:2)",
+             "greedy_plugin": "plugin greedy_plugin: greedy_plugin: algorithm 'fedavg' is already registered by "
+                              "emulator.builtins"}
+    for module, expected in cases.items():
+        assert main(["validate", str(scenario), "--plugin", module, "--quiet"]) == 2
+        err = capsys.readouterr().err
+        assert expected in err, err
+        assert "Traceback" not in err
+
+
+def test_an_installed_package_is_found_by_its_entry_point(lab, tmp_path):
+    """A dist-info with an fl_emulator.plugins entry point on sys.path is what `pip install` leaves."""
+    site = tmp_path / "site"
+    shutil.copytree(lab / "fedlab", site / "fedlab")
+    info = site / "fedlab-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: fedlab\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[fl_emulator.plugins]\nfedlab = fedlab\n")
+    raw = yaml.safe_load((lab / "feddyn.yaml").read_text())
+    del raw["plugins"]  # nothing in the scenario names the package
+    scenario = write(tmp_path / "s.yaml", yaml.safe_dump(raw))
+    proc = subprocess.run([sys.executable, "-m", "emulator", "validate", str(scenario), "--quiet"],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(site)})
+    assert proc.returncode == 0, proc.stderr
+
+
+# ------------------------------------------------------------------------------------- running
+def test_feddyn_follows_the_papers_update_rule():
+    """Acar et al., Algorithm 1, computed by hand for two rounds on a 3-parameter model and 4 devices."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from fedlab.feddyn import FedDyn, FedDynConfig
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    from emulator.algorithms import AlgorithmContext, ClientUpdate
+    from emulator.training import TrainStats
+
+    alpha, m = 0.5, 4
+    config = FedDynConfig(alpha=alpha, clients_per_round=2)
+    algorithm = FedDyn(config, AlgorithmContext(num_devices=m, device_sizes=np.full(m, 10), num_params=3, seed=0,
+                                                total_rounds=2))
+    assert algorithm.local_training(0).prox_mu == alpha and algorithm.job_payload(0) is None
+    stats = TrainStats(steps=5, loss=1.0, accuracy=0.5)
+    theta = np.array([1.0, -1.0, 0.5], dtype=np.float32)
+    h, grads = np.zeros(3), {}
+    rounds = [{0: [0.2, 0.0, -0.4], 2: [0.0, 0.6, 0.2]}, {2: [-0.2, 0.1, 0.0], 3: [0.4, -0.2, 0.2]}]
+    for r, deltas in enumerate(rounds, start=1):
+        updates = [ClientUpdate(d, 10, np.array(v, dtype=np.float32), stats) for d, v in deltas.items()]
+        new = algorithm.aggregate(theta, iter(updates), r)
+        # the paper: g_k <- g_k - alpha (theta_k - theta); h <- h - alpha/m sum(theta_k - theta);
+        # theta <- mean(theta_k) - h / alpha
+        locals_ = [theta + np.array(v, dtype=np.float32) for v in deltas.values()]
+        for d, v in deltas.items():
+            grads[d] = grads.get(d, 0) - alpha * np.array(v, dtype=np.float32)
+        h = h - alpha / m * sum(np.array(v, dtype=np.float32) for v in deltas.values())
+        expected = np.mean(locals_, axis=0) - h / alpha
+        np.testing.assert_allclose(new, expected, rtol=1e-6, atol=1e-6)
+        theta = new
+    np.testing.assert_allclose(algorithm.job_payload(2), -grads[2], rtol=1e-6)  # the linear term's gradient
+
+
+def test_the_plugin_package_runs_from_the_cli_and_resumes_bit_identically(ray_session, lab, tmp_path):
+    whole, half = tmp_path / "whole", tmp_path / "half"
+    assert main(["run", str(lab / "feddyn.yaml"), "--out", str(whole), "--quiet"]) == 0
+    summary = json.loads((whole / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["final_test_acc"] > 0.3
+    assert summary["plugin_paths"] == [str(lab)]
+    assert main(["run", str(lab / "feddyn.yaml"), "--out", str(half), "--set", "rounds=2", "--quiet"]) == 0
+    assert main(["run", "--resume", str(half), "--set", "rounds=4", "--quiet"]) == 0
+    assert comparable(half) == comparable(whole)
+
+
+def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds(ray_session, lab, tmp_path,
+                                                                                capsys):
+    write(lab / "fedlab" / "faulty.py", """\
+        from typing import Literal
+        import numpy as np
+        from emulator.extend import FedAvg, FedAvgConfig, register_algorithm, register_model
+        from fedlab.tabular_mlp import TabularMlpConfig, tabular_mlp
+
+        class ShrinkConfig(FedAvgConfig):
+            name: Literal["shrink"] = "shrink"
+            bad_round: int = 3
+
+        class Shrink(FedAvg):
+            def aggregate(self, params, updates, round_index):
+                new = super().aggregate(params, updates, round_index)
+                return new[:-1] if round_index == self.config.bad_round else new
+
+        class CrashConfig(TabularMlpConfig):
+            name: Literal["crashing_mlp"] = "crashing_mlp"
+
+        def crashing_mlp(shape, classes, **options):
+            model = tabular_mlp(shape, classes, **options)
+            def forward(x):
+                raise ValueError("features must be scaled")
+            model.forward = forward
+            return model
+
+        register_algorithm("shrink", Shrink, config=ShrinkConfig)
+        register_model("crashing_mlp", crashing_mlp, config=CrashConfig)
+    """)
+    out = tmp_path / "shrinking"
+    code = main(["run", str(lab / "feddyn.yaml"), "--plugin", "fedlab.faulty", "--out", str(out), "--quiet",
+                 "--set", "algorithm={name: shrink, clients_per_round: 10, client_lr: 0.05}"])
+    err = capsys.readouterr().err
+    assert code == 2, err
+    found = re.search(r"plugin fedlab.faulty: algorithm 'shrink''s aggregate returned an array of shape \((\d+),\); "
+                      r"return a flat vector of the model's (\d+) parameters", err)
+    assert found and int(found[1]) == int(found[2]) - 1, err
+    assert "Traceback" not in err
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["rounds_completed"] == 2  # rounds 1-2 are kept
+    kept = digest(out)
+
+    code = main(["run", str(lab / "feddyn.yaml"), "--plugin", "fedlab.faulty", "--out", str(tmp_path / "crash"),
+                 "--quiet", "--set", "model.name=crashing_mlp"])
+    err = capsys.readouterr().err
+    assert code == 2 and "plugin fedlab.faulty: model 'crashing_mlp''s local training raised ValueError: " \
+                          "features must be scaled" in err, err
+    assert digest(out) == kept  # the earlier run is untouched
+
+
+def test_the_plugin_package_runs_on_a_two_node_cluster_without_being_installed(lab, tmp_path):
+    """The workers never see the plugin's directory: the package reaches them through runtime_env."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    out = tmp_path / "cluster-run"
+    script = textwrap.dedent(f"""
+        import sys
+        from ray.cluster_utils import Cluster
+        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
+        cluster.add_node(num_cpus=2)
+        cluster.wait_for_nodes()
+        from emulator.cli import main
+        code = main(["run", {str(lab / "feddyn.yaml")!r}, "--out", {str(out)!r}, "--address", cluster.address,
+                     "--quiet", "--set", "runtime.runners=4"])
+        cluster.shutdown()
+        sys.exit(code)
+    """)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                          cwd=elsewhere)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
+
+
+def test_the_tutorial_shows_the_example_files_as_they_are():
+    """docs/extending.md prints each plugin module whole; the files in examples/ are what the tests run."""
+    text = (ROOT / "docs" / "extending.md").read_text()
+    blocks = re.findall(r"```python\n# file: (\S+)\n(.*?)```", text, flags=re.S)
+    assert {name for name, _ in blocks} == {"examples/fedlab/fedlab/feddyn.py", "examples/fedlab/fedlab/tabular_mlp.py",
+                                            "examples/fedlab/fedlab/user_csv.py"}
+    for name, body in blocks:
+        assert body == (ROOT / name).read_text(), f"docs/extending.md shows an old {name}"
+        assert len(body.splitlines()) < 150
+
+
+@pytest.mark.parametrize("name", sorted(ALGORITHMS.names()))
+def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_trips_its_state(name):
+    """The contract the server relies on, checked for ours and for any plugin registered in this process."""
+    from emulator.algorithms import AlgorithmContext, build_algorithm
+    from emulator.training import TrainStats
+
+    extra = {"fast": {"q": 0.5}}.get(name, {})  # settings a name cannot do without
+    scenario = validate_scenario({"name": "x", "rounds": 3, "algorithm": {"name": name, "clients_per_round": 4,
+                                                                          **extra},
+                                  "data": {"server_set": {"size": 20}}, "population": {"devices": 8}})
+    unchanged = lambda params, spec, purpose: (params.copy(), TrainStats(steps=0, loss=0.0, accuracy=0.0))
+    context = AlgorithmContext(num_devices=8, device_sizes=np.full(8, 10), num_params=5, seed=0, total_rounds=3,
+                               server_samples=20, server_train=unchanged)
+    algorithm = build_algorithm(scenario.algorithm, context)
+    params = np.linspace(-1, 1, 5, dtype=np.float32)
+    plan = algorithm.plan_round(1)
+    assert plan.kind in ("client", "snapshot", "server")
+    if plan.kind != "server":
+        kept = algorithm.aggregate(params, iter([]), 1)
+        assert kept.dtype == np.float32 and np.array_equal(kept, params)
+    again = build_algorithm(scenario.algorithm, context)
+    again.load_state(algorithm.state())
+    assert again.plan_round(2) == algorithm.plan_round(2)
