@@ -293,3 +293,17 @@ def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_tri
     again = build_algorithm(scenario.algorithm, context)
     again.load_state(algorithm.state())
     assert again.plan_round(2) == algorithm.plan_round(2)
+
+
+def test_the_plugin_package_runs_through_the_python_api(ray_session, lab, tmp_path, monkeypatch):
+    import emulator
+
+    by_path = emulator.run(lab / "feddyn.yaml", out=tmp_path / "api", progress=False)
+    assert by_path.summary["status"] == "completed" and len(by_path.metrics) == 4
+    assert by_path.metrics["test_acc"].dropna().iloc[-1] > 0.3
+    # a scenario as a dict, the plugin named by the call and found in the working directory
+    monkeypatch.chdir(lab)
+    raw = yaml.safe_load((lab / "feddyn.yaml").read_text())
+    del raw["plugins"]
+    by_dict = emulator.run(raw, plugins=["fedlab"], out=tmp_path / "api-dict", progress=False)
+    assert comparable(by_dict.path) == comparable(by_path.path)
