@@ -29,7 +29,9 @@ from emulator.data.federation import ArrayDataset
 from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
                                register_partition, register_selection, register_server_optimizer)
 from emulator.scenario import (AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, FedAvgConfig,
-                               ModelConfig, PartitionSettings, ScenarioError, SelectionSettings, Strict)
+                               ModelConfig, PartitionSettings, ScenarioError, SelectionSettings,
+                               ServerOptimizerSettings, Strict)
+from emulator.server_optimizers import ServerOptimizer
 from emulator.system.availability import AvailabilityModel
 from emulator.training import LocalTraining, TrainStats
 
@@ -39,5 +41,6 @@ __all__ = [
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
     "ArrayDataset", "Strict", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
-    "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ScenarioError",
+    "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ServerOptimizerSettings", "ServerOptimizer",
+    "ScenarioError",
 ]
