@@ -79,7 +79,8 @@ class Run:
         """The resolved scenario the run used (scenario.yaml)."""
         from emulator.scenario import load_scenario
 
-        return load_scenario(self.path / "scenario.yaml")
+        found = self.summary.get("plugin_paths") or []  # where its plugins were found when it ran
+        return load_scenario(self.path / "scenario.yaml", search=[Path(p) for p in found])
 
     @property
     def metrics(self):
@@ -280,11 +281,11 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Any] | Iterable[str] | None
     grid = parse_grid(_grid_list(grid))
     with tempfile.TemporaryDirectory(prefix="emulator-sweep-") as tmp:
         path = _scenario_file(scenario, Path(tmp))
-        overrides = _plugin_overrides(path, plugins) + overrides
-        out = Path(out) if out is not None else default_sweep_dir(path, overrides)
+        plugins = [plugins] if isinstance(plugins, str) else list(plugins or [])
+        out = Path(out) if out is not None else default_sweep_dir(path, overrides, plugins)
         if out.exists() and any(out.iterdir()):
             raise ScenarioError(f"--out {out}: the directory is not empty; choose a new one")
-        runs = plan_sweep(path, overrides, grid, seeds, out)
+        runs = plan_sweep(path, overrides, grid, seeds, out, plugins)
     show = (_notebook() or sys.stderr.isatty()) if progress is None else progress
     done = []
 
@@ -458,35 +459,19 @@ def _scenario(scenario, overrides: list[str], plugins, custom) -> Scenario:
 
 
 def _validate(raw: dict, source: str, base: Path) -> Scenario:
-    """Validate like load_scenario: plugins first (where the schema has them), then files resolved."""
-    if raw.get("plugins"):
-        try:
-            from emulator.plugins import load_plugins
-        except ImportError:
-            pass
-        else:
-            load_plugins(raw["plugins"], [base, Path.cwd()])
-    scenario = validate_scenario(raw, source=source)
+    """Validate as load_scenario does: plugins looked for beside the file (or in the working directory),
+    then relative files resolved."""
+    scenario = validate_scenario(raw, source=source, search=[base, Path.cwd()])
     resolve_files(scenario, base, source=source)
     return scenario
 
 
-def _plugin_list(plugins) -> list[str]:
-    if "plugins" not in Scenario.model_fields:
-        raise ScenarioError("plugins=: this version of the emulator has no plugins")
-    return [plugins] if isinstance(plugins, str) else list(plugins)
-
-
 def _with_plugins(raw: dict, plugins) -> dict:
+    """The scenario's plugins and these (as --plugin adds them)."""
     raw = dict(raw)
-    raw["plugins"] = list(dict.fromkeys([*(raw.get("plugins") or []), *_plugin_list(plugins)]))
+    added = [plugins] if isinstance(plugins, str) else list(plugins)
+    raw["plugins"] = list(dict.fromkeys([*(raw.get("plugins") or []), *added]))
     return raw
-
-
-def _plugin_overrides(path: Path, plugins) -> list[str]:
-    if not plugins:
-        return []
-    return [f"plugins={json.dumps(_with_plugins(read_yaml(path), plugins)['plugins'])}"]
 
 
 def _scenario_file(scenario, tmp: Path) -> Path:
