@@ -72,6 +72,16 @@ register_dataset("emnist", _vision("emnist"), classes=lambda data: EMNIST_CLASSE
 register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_shape=lambda data: (3, 32, 32))
 
 
+def _memory(data, devices: int, seed: int):
+    raise s.ScenarioError(f"data.dataset: memory: this run's samples ({data.options.form}, "
+                          f"{data.options.fingerprint}) were handed over from Python and cannot be read back from "
+                          "the scenario; run or resume it with emulator.run / emulator.resume(run_dir, data=...)")
+
+
+register_dataset("memory", _memory, config=s.MemoryOptions, natural=True,
+                 classes=lambda data: data.options.classes, input_shape=lambda data: tuple(data.options.shape))
+
+
 def _leaf(name: str):
     def load(data, devices: int, seed: int):
         options = data.options

@@ -130,6 +130,16 @@ class LeafOptions(DatasetOptions):
     pick: Literal["random", "first"] = "random"
 
 
+class MemoryOptions(DatasetOptions):
+    """Samples handed over from Python (emulator.run(data=...)): what the scenario can know of them."""
+
+    shape: list[int] = Field(min_length=1)  # one sample's shape
+    classes: int = Field(gt=0)
+    fingerprint: str  # SHA-256 of the arrays and their split: a resume must get the same data
+    form: str = "arrays"  # arrays, torch or huggingface
+    split: Optional[str] = None  # devices or users (the data's own split), None: data.partition dealt it
+
+
 class DataConfig(Strict):
     dataset: str = "synthetic"
     root: Optional[str] = None

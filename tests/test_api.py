@@ -168,7 +168,8 @@ def test_arrays_with_device_lists(ray_session, tmp_path):
     assert text.startswith("# data: given in memory") and record["fingerprint"] in text
     scenario = result.scenario  # still a valid scenario, describing the data it got
     assert scenario.population.devices == 40 and scenario.data.partition.scheme == "natural"
-    assert scenario.data.synthetic.dimension == 20 and scenario.data.synthetic.classes == 3
+    assert scenario.data.dataset == "memory" and scenario.data.options.shape == [20]
+    assert scenario.data.options.classes == 3 and scenario.data.options.fingerprint == record["fingerprint"]
     assert result.summary["train_samples"] == 800 and result.summary["test_samples"] == 200
     assert result.metrics["test_acc"].iloc[-1] > 0.5  # it learns the task
 
@@ -198,7 +199,7 @@ def test_data_errors_name_the_argument():
         emulator.run(unsplit(), data=torch.utils.data.TensorDataset(torch.zeros(4, 2), torch.zeros(4)))
     with pytest.raises(ScenarioError, match="labels must be classes 0..C-1"):
         emulator.run(unsplit(), data=(x, y - 1, xt, yt))
-    with pytest.raises(ScenarioError, match="model.name: cnn_cifar cannot take"):
+    with pytest.raises(ScenarioError, match=r"model.name: cnn_cifar expects inputs of shape \(3, 32, 32\), but dataset memory gives"):
         emulator.run(unsplit(model="cnn_cifar", **{"data.dataset": "cifar10"}), data=(x, y, xt, yt))
     with pytest.raises(ScenarioError, match="pass data= too"):
         emulator.run(unsplit(), devices=[np.arange(10)])

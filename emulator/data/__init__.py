@@ -20,8 +20,19 @@ def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> F
     from emulator.registry import DATASETS
 
     try:
-        entry = DATASETS.get(data.dataset)
-        train, test, per_device = entry.build(data, devices, seed)
+        train, test, per_device = DATASETS.get(data.dataset).build(data, devices, seed)
+    except ScenarioError:
+        raise
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
+    return assemble_federation(data, devices, seed, types, train, test, per_device)
+
+
+def assemble_federation(data: DataConfig, devices: int, seed: int, types, train: ArrayDataset, test: ArrayDataset,
+                        per_device: list[np.ndarray] | None) -> Federation:
+    """Loaded samples -> a Federation: the data's own split (scheme natural) or the scenario's partition,
+    the server set carved out and the test set cut to data.test_samples, each from its own random stream."""
+    try:
         if data.partition.scheme != "natural":
             per_device = _split(train, devices, data.partition, seed, types)
         elif per_device is None or len(per_device) != devices:

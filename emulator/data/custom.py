@@ -316,12 +316,13 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
     scenario leaves it out, the partition (natural: the data's own split; iid when the scenario gives none
     and the data has no split), and, for the nominal dataset synthetic, its dimension and classes."""
     raw = copy.deepcopy(raw)
-    data = raw.setdefault("data", {}) or {}
+    data = {key: value for key, value in (raw.get("data") or {}).items()
+            if key in ("partition", "server_set", "test_samples")}  # where samples come from no longer applies
+    data["dataset"] = "memory"
+    data["options"] = {"shape": list(custom.train.input_shape), "classes": custom.train.num_classes,
+                       "fingerprint": custom.fingerprint or fingerprint(custom), "form": custom.form,
+                       "split": custom.split}
     raw["data"] = data
-    nominal = data.get("dataset", "synthetic")
-    if nominal == "synthetic":
-        data["synthetic"] = {**(data.get("synthetic") or {}), "dimension": int(np.prod(custom.train.input_shape)),
-                             "classes": custom.train.num_classes}
     partition = data.get("partition") or None
     scheme = partition.get("scheme") if isinstance(partition, dict) else None
     if custom.per_device is not None:
@@ -329,7 +330,7 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
             raise ScenarioError(f"data.partition.scheme: {scheme!r}, but data= comes split by {custom.split}= into "
                                 f"devices; drop data.partition (the data's own split is used), or drop {custom.split}= "
                                 "to let the partition deal the samples out")
-        data["partition"] = {"scheme": "natural"} if nominal == "synthetic" else None
+        data["partition"] = {"scheme": "natural"}
         population = raw.setdefault("population", {}) or {}
         raw["population"] = population
         given = population.get("devices")
@@ -347,26 +348,11 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
 def build_custom_federation(scenario, custom: CustomData) -> Federation:
     """The Federation of a run on the user's data: their split or the scenario's partition, the server
     set carved and the test set cut as build_federation does (same random streams)."""
-    from emulator.data import _split
-    from emulator.data.server_set import carve_server_set
+    from emulator.data import assemble_federation
 
-    data, devices, seed = scenario.data, scenario.population.devices, scenario.seed
-    train, test = custom.train, custom.test
-    try:
-        if custom.per_device is not None:
-            per_device = list(custom.per_device)
-        else:
-            per_device = _split(train, devices, data.partition, seed, scenario.population.types)
-        per_device, server = carve_server_set(per_device, train.y, train.num_classes, data.server_set,
-                                              rng(seed, "server_set"))
-    except ScenarioError:
-        raise
-    except ValueError as exc:
-        raise ScenarioError(str(exc)) from None
-    if data.test_samples is not None and data.test_samples < len(test):
-        keep = np.sort(rng(seed, "test_subset").choice(len(test), data.test_samples, replace=False))
-        test = test.subset(keep)
-    federation = Federation.from_lists(train, test, per_device, server)
+    per_device = None if custom.per_device is None else list(custom.per_device)
+    federation = assemble_federation(scenario.data, scenario.population.devices, scenario.seed,
+                                     scenario.population.types, custom.train, custom.test, per_device)
     _check_model(scenario, federation)
     return federation
 
@@ -434,7 +420,7 @@ def scenario_header(entry: dict) -> str:
     """The comment heading scenario.yaml of a run on in-memory data."""
     return (f"# data: given in memory ({entry['form']}, {entry['train_samples']} train and {entry['test_samples']} "
             f"test samples, {entry['fingerprint']}),\n"
-            "# not read from data.dataset below (see data.json). Rerun or resume it from Python with the same data:\n"
+            "# (data.dataset: memory below; see data.json). Rerun or resume it from Python with the same data:\n"
             "# emulator.resume(RUN_DIR, data=...)\n")
 
 
