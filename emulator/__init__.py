@@ -16,12 +16,9 @@ __all__ = [*_API, "ScenarioError", "RunInterrupted", "__version__"]
 
 def __getattr__(name: str):
     if name in _API:
-        import sys
-
         from emulator import api
 
-        # emulator.sweep is the (callable) module once it is imported: see the end of emulator/api.py
-        return sys.modules["emulator.sweep"] if name == "sweep" else getattr(api, name)
+        return getattr(api, name)
     if name == "ScenarioError":
         from emulator.scenario import ScenarioError
 

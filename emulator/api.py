@@ -21,13 +21,11 @@ import os
 import sys
 import tempfile
 import threading
-import types
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Union
 
 import yaml
 
-import emulator.sweep as _sweep_module
 from emulator.scenario import (Scenario, ScenarioError, apply_overrides, read_yaml, resolve_files,
                                validate_scenario)
 
@@ -275,7 +273,7 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Any] | Iterable[str] | None
     any runs, run `parallel` at a time on the shared Ray session and runner pool, then compared in a report
     (SWEEP_DIR/report/report.md). grid: {"algorithm.client_lr": [0.01, 0.1], ...} (a product) or
     ["algorithm.client_lr=0.01,0.1"] (as --grid). A run that fails is listed in `.failed`, the others go on."""
-    from emulator.sweep import default_sweep_dir, parse_grid, plan_sweep, run_sweep
+    from emulator.sweeps import default_sweep_dir, parse_grid, plan_sweep, run_sweep
 
     overrides = _override_list(overrides) + ([f"runtime.address={address}"] if address else [])
     grid = parse_grid(_grid_list(grid))
@@ -493,14 +491,3 @@ def _notebook() -> bool:
 
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-# `emulator.sweep` is both this module's `sweep` function and the emulator.sweep module (the command line's
-# machinery): the module is made callable, so whichever the attribute holds, emulator.sweep(...) runs a sweep.
-class _CallableModule(types.ModuleType):
-    def __call__(self, *args, **kwargs):
-        return sweep(*args, **kwargs)
-
-
-_sweep_module.__class__ = _CallableModule
-_sweep_module.__signature__ = __import__("inspect").signature(sweep)  # what help() and notebooks show

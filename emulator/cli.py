@@ -155,7 +155,7 @@ def _sweep(args) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from emulator.sweep import default_sweep_dir, parse_grid, plan_sweep, run_sweep
+    from emulator.sweeps import default_sweep_dir, parse_grid, plan_sweep, run_sweep
 
     overrides = list(args.overrides) + ([f"runtime.address={args.address}"] if args.address else [])
     grid = parse_grid(args.grid)
