@@ -151,8 +151,7 @@ def test_sweep_through_the_api(ray_session, tmp_path):
     assert result.report is not None and Path(result.report).exists()
     assert result[0].grid == {"algorithm.client_lr": 0.05}
     assert result["tiny-client_lr_0.1-seed3"].scenario.algorithm.client_lr == 0.1
-    import emulator.sweeps  # the command line's machinery, a module of its own: the name stays the function
-
+    __import__("emulator.sweeps")  # the command line's machinery, a module of its own: the name stays the function
     assert emulator.sweep is emulator.api.sweep
 
 
