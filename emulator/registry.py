@@ -40,8 +40,8 @@ class Entry:
 class Registry:
     """Names -> entries for one kind of part; `tag` is the YAML key that names an entry (name/kind/scheme)."""
 
-    def __init__(self, kind: str, tag: str, where: str, base: type[BaseModel] | None = None):
-        self.kind, self.tag, self.where, self.base = kind, tag, where, base
+    def __init__(self, kind: str, tag: str, base: type[BaseModel] | None = None):
+        self.kind, self.tag, self.base = kind, tag, base
         self._entries: dict[str, Entry] = {}
 
     def register(self, name: str, build: Callable | None = None, *, config: type[BaseModel] | None = None,
@@ -149,13 +149,13 @@ def _caller() -> str:
 
 
 # ----------------------------------------------------------------------------------------- the kinds
-ALGORITHMS = Registry("algorithm", "name", "algorithm.name")
-MODELS = Registry("model", "name", "model.name")
-DATASETS = Registry("dataset", "dataset", "data.dataset")
-PARTITIONS = Registry("partition scheme", "scheme", "data.partition.scheme")
-SELECTIONS = Registry("selection policy", "kind", "algorithm.selection.kind")
-AVAILABILITY = Registry("availability model", "kind", "population.availability.kind")
-SERVER_OPTIMIZERS = Registry("server optimizer", "kind", "algorithm.server_optimizer.kind")
+ALGORITHMS = Registry("algorithm", "name")
+MODELS = Registry("model", "name")
+DATASETS = Registry("dataset", "dataset")
+PARTITIONS = Registry("partition scheme", "scheme")
+SELECTIONS = Registry("selection policy", "kind")
+AVAILABILITY = Registry("availability model", "kind")
+SERVER_OPTIMIZERS = Registry("server optimizer", "kind")
 
 register_algorithm = ALGORITHMS.register
 register_model = MODELS.register

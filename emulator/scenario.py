@@ -1322,6 +1322,8 @@ def _describe(err: dict, raw: Any = None) -> str:
         if original.relative and path:
             return f"{'.'.join(str(p) for p in path)}.{original.path}: {original.message}"
         return f"{original.path}: {original.message}"
+    if isinstance(original, ScenarioError):  # raised by a part's own check (a dataset's facts): names its field
+        return str(original)
     where = ".".join(str(p) for p in path) or "(top level)"
     given = err.get("input", _MISSING)
     if kind == "plugged_unknown":

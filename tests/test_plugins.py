@@ -65,7 +65,7 @@ def test_builtins_register_through_the_public_registries():
 
 
 def test_a_taken_name_config_without_forbid_or_a_wrong_base_is_refused():
-    registry = Registry("widget", "name", "widget.name")
+    registry = Registry("widget", "name")
     registry.register("a", lambda: 1)
     with pytest.raises(RegistryError, match="already registered by"):
         registry.register("a", lambda: 2)
