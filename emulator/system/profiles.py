@@ -42,40 +42,32 @@ class DeviceProfiles:
             profiles._tie(population, world)
         return profiles
 
+    COLUMNS = {"compute": ("s_per_sample",), "network": ("down_mbps", "up_mbps", "latency_s")}
+
     def _tie(self, population, world) -> None:
+        """Compute, then network, follow the data as population.ties say (see emulator/system/ties.py)."""
+        coupled = _one_capacity_file(population)  # a capacity row is one phone: its compute and link move together
+        for kind, other in (("compute", "network"), ("network", "compute")):
+            self._tie_kind(kind, getattr(population, kind), world, self.COLUMNS[other] if coupled else ())
+
+    def _tie_kind(self, kind: str, config, world, coupled: tuple[str, ...]) -> None:
+        """A rank tie re-deals the drawn columns (and the tier, and any coupled columns) among the devices; a
+        group tie sets chosen devices' tier and the tier's values."""
         from emulator.system.ties import KEEP, entry_index
 
-        everyone = np.arange(len(self))
-        compute_source = world.order("compute", everyone, self.s_per_sample)
-        if compute_source is not None:
-            self.s_per_sample = self.s_per_sample[compute_source]
-            if self.compute_tier is not None:
-                self.compute_tier = self.compute_tier[compute_source]
-            if _one_capacity_file(population):  # a capacity row is one phone: its link moves with its compute
-                self.down_mbps, self.up_mbps = self.down_mbps[compute_source], self.up_mbps[compute_source]
-                self.latency_s = self.latency_s[compute_source]
-        tiers = getattr(population.compute, "tiers", None)
-        tier = world.values("compute", everyone, lambda v: entry_index(tiers, v, "compute", "tier"))
+        everyone, columns = np.arange(len(self)), self.COLUMNS[kind]
+        source = world.order(kind, everyone, getattr(self, columns[0]))
+        if source is not None:
+            for column in (*columns, f"{kind}_tier", *coupled):
+                if getattr(self, column) is not None:
+                    setattr(self, column, getattr(self, column)[source])
+        tiers = getattr(config, "tiers", None)
+        tier = world.values(kind, everyone, lambda v: entry_index(tiers, v, kind, "tier"))
         if tier is not None:
-            chosen = tier != KEEP
-            self.compute_tier = np.where(chosen, tier, self.compute_tier).astype(self.compute_tier.dtype)
-            table = np.array([t.s_per_sample for t in tiers], dtype=np.float32)
-            self.s_per_sample = np.where(chosen, table[np.maximum(tier, 0)], self.s_per_sample)
-        network_source = world.order("network", everyone, self.down_mbps)
-        if network_source is not None and _one_capacity_file(population):
-            self.s_per_sample = self.s_per_sample[network_source]
-        if network_source is not None:
-            self.down_mbps, self.up_mbps = self.down_mbps[network_source], self.up_mbps[network_source]
-            self.latency_s = self.latency_s[network_source]
-            if self.network_tier is not None:
-                self.network_tier = self.network_tier[network_source]
-        tiers = getattr(population.network, "tiers", None)
-        tier = world.values("network", everyone, lambda v: entry_index(tiers, v, "network", "tier"))
-        if tier is not None:
-            chosen = tier != KEEP
-            self.network_tier = np.where(chosen, tier, self.network_tier).astype(self.network_tier.dtype)
-            for column, field in (("down_mbps", "down_mbps"), ("up_mbps", "up_mbps"), ("latency_s", "latency_s")):
-                table = np.array([getattr(t, field) for t in tiers], dtype=np.float32)
+            chosen, current = tier != KEEP, getattr(self, f"{kind}_tier")
+            setattr(self, f"{kind}_tier", np.where(chosen, tier, current).astype(current.dtype))
+            for column in columns:
+                table = np.array([getattr(t, column) for t in tiers], dtype=np.float32)
                 setattr(self, column, np.where(chosen, table[np.maximum(tier, 0)], getattr(self, column)))
 
     @classmethod
