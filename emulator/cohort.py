@@ -1,0 +1,425 @@
+"""Cohort-vectorised local training: G devices' local steps at once with torch.func.
+
+One runner training one device at a time spends most of a small model's step in per-call overhead; here
+each parameter is stacked G times and one `vmap(grad(...))` over (stacked parameters, per-device
+minibatch) computes every device's gradient in one batched pass, then the optimizer update runs on the
+stacked tensors. Each device still follows `emulator.training.train_locally` exactly:
+
+- **Data order.** A device's minibatches are drawn from `seeded_generator(seed)` by the same walk through
+  shuffled orders (`batch_plan`): same indices, same partial last batch of an epoch, same reshuffles.
+- **Step counts.** Devices with fewer steps (fewer samples under `local_epochs`, none at all, other
+  `local_steps`) simply drop out of the later steps: each step trains only the devices still active
+  (their rows are gathered, updated and written back), so a finished device's parameters and optimizer
+  state stay as they were. Batches of different sizes in one step (a partial last batch, another
+  `batch_size`) are padded to the step's largest and the padded samples weigh 0 in the loss.
+- **Dropout.** `nn.Dropout` layers get their masks from the device's own CPU generator seeded with its
+  seed, drawn per call as torch's CPU dropout draws them after `torch.manual_seed(seed)` (what the runner
+  does): on CPU the masks are the sequential path's own, and a device's result never depends on the
+  other devices in its group. Other random modules (Dropout2d, AlphaDropout, F.dropout in a forward)
+  draw from the global torch generator under `vmap(randomness="different")`: valid training, but the
+  draws depend on the group.
+- **Client-side terms.** FedProx's proximal gradient mu (w - w_global), SCAFFOLD's correction added to
+  every gradient, SGD with momentum and (L2) weight decay, and Adam, written as torch.optim.SGD and
+  torch.optim.Adam's single-tensor steps write them (Adam with betas (0.9, 0.999), eps 1e-8), per device.
+
+Agreement with the sequential path (fp32, CPU): the same arithmetic up to the summation order of batched
+matrix products, i.e. parameters within ~1e-6 after 10 steps (tests/test_cohort.py checks <= 1e-5).
+On a GPU the sequential path draws dropout from the CUDA generator, so dropout models agree only in
+distribution there.
+
+`supports(model)` says when a model cannot take this path (BatchNorm, buffers, recurrent layers): the
+caller then trains those devices one at a time.
+"""
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+import torch
+from torch import nn
+from torch.func import functional_call, grad, vmap
+from torch.nn import functional as F
+from torch.nn.modules.batchnorm import _BatchNorm
+
+from emulator.training import LocalTraining, TrainStats, seeded_generator
+
+ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer keeps
+ADAM_EPS = 1e-8
+
+
+def supports(model: nn.Module) -> str | None:
+    """None when `train_cohort` can train `model`, else why not (the caller falls back to one device at a
+    time)."""
+    for name, module in model.named_modules():
+        label = f"{name or 'the model'} ({type(module).__name__})"
+        if isinstance(module, _BatchNorm):
+            return (f"{label} is a BatchNorm layer: its statistics mix the samples of a minibatch (padding a "
+                    "device's short batch would change them) and its running statistics are buffers that "
+                    "training updates in place, which vmap cannot do per device")
+        if isinstance(module, nn.RNNBase):
+            return (f"{label} is a recurrent layer: torch has no vmap batching rule for its fused kernel "
+                    "(aten::mkldnn_rnn_layer on CPU, cuDNN on GPU), so torch.func would loop over the devices "
+                    "one by one: right results, no gain")
+        if isinstance(module, (nn.Embedding, nn.EmbeddingBag)) and module.sparse:
+            return f"{label} has sparse gradients, which torch.func.grad does not produce"
+    buffers = [name for name, _ in model.named_buffers()]
+    if buffers:
+        return (f"the model has buffers ({', '.join(buffers[:4])}{', ...' if len(buffers) > 4 else ''}): state "
+                "that training may change and that travels in the parameter vector; the vectorised path "
+                "trains parameters only")
+    return None
+
+
+def batch_plan(num_samples: int, spec: LocalTraining, generator: torch.Generator) -> list[torch.Tensor]:
+    """The sample indices of each local step, drawn from `generator` exactly as `train_locally` draws them
+    (a shuffled order walked batch by batch, reshuffled when used up; the last batch of a pass may be
+    short)."""
+    steps = spec.steps_for(num_samples)
+    if steps == 0:
+        return []
+    batch = min(spec.batch_size, num_samples)
+    order = torch.randperm(num_samples, generator=generator)
+    position, plan = 0, []
+    for _ in range(steps):
+        if position >= num_samples:
+            order = torch.randperm(num_samples, generator=generator)
+            position = 0
+        plan.append(order[position:position + batch])
+        position += batch
+    return plan
+
+
+def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Sequence[torch.Tensor],
+                 specs: Sequence[LocalTraining], seeds: Sequence[int],
+                 corrections: Sequence[np.ndarray | torch.Tensor | None] | None = None,
+                 check: bool = True) -> list[tuple[np.ndarray, TrainStats]]:
+    """Train G devices from `model`'s current parameters, each as `train_locally` would, all at once.
+
+    inputs[d], labels[d]: device d's samples (float features or int64 token ids; labels int64), any
+    number including 0. specs[d]: its LocalTraining (one optimizer kind for the group; every other field
+    may differ). seeds[d]: its training seed (DeviceJob.seed): data order from `seeded_generator(seed)`,
+    dropout masks from a CPU generator seeded with it. corrections[d]: SCAFFOLD's c - c_i as a flat vector
+    in the `emulator.params.flatten` layout, or None.
+
+    Returns per device its trained parameters as a flat float32 vector in the `params.flatten` layout
+    (subtract the global vector for the delta) and its TrainStats. `model` itself is left unchanged.
+    With `check`, a model that `supports` refuses raises ValueError.
+    """
+    reason = supports(model)
+    if check and reason is not None:
+        raise ValueError(f"cohort training cannot train this model: {reason}")
+    count = len(specs)
+    if not (len(inputs) == len(labels) == len(seeds) == count):
+        raise ValueError("train_cohort: inputs, labels, specs and seeds need one entry per device")
+    device = next(model.parameters()).device
+    sizes = [len(y) for y in labels]
+    plans = [batch_plan(n, spec, seeded_generator(seed)) for n, spec, seed in zip(sizes, specs, seeds)]
+    steps = np.array([len(plan) for plan in plans], dtype=np.int64)
+    kinds = {spec.optimizer == "adam" for spec, s in zip(specs, steps) if s > 0}
+    if len(kinds) > 1:
+        raise ValueError("train_cohort: one optimizer kind per group (adam and sgd devices are trained apart)")
+    adam = kinds == {True}
+
+    net, masks = _with_supplied_dropout(model)
+    dtype = next(model.parameters()).dtype  # the loss weights' (fp32 normally; fp64 in the exactness tests)
+    names = [name for name, _ in model.named_parameters()]
+    start = dict(model.named_parameters())
+    trainable = [name for name in names if start[name].requires_grad]
+    frozen = {name: start[name].detach() for name in names if name not in trainable}
+    layout = _flat_layout(model)
+    initial = torch.cat([start[name].detach().reshape(-1) for name in layout]).to("cpu", torch.float32)
+    results_flat = initial.unsqueeze(0).repeat(count, 1)
+    stats = [TrainStats(0, float("nan"), float("nan")) for _ in range(count)]
+    if steps.max(initial=0) == 0:
+        return [(row.numpy(), stat) for row, stat in zip(results_flat, stats)]
+
+    x_all = torch.cat([x.to(device) for x in inputs])
+    y_all = torch.cat([y.to(device) for y in labels])
+    offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
+    index, length = _stack_plans(plans, offsets, int(steps.max()))
+    first = int(np.flatnonzero(steps)[0])
+    masks.shapes = _dropout_calls(net, masks, x_all[offsets[first]:offsets[first] + 2], trainable, start, frozen)
+    unused = _unused(net, trainable, start, frozen, x_all[offsets[first]:offsets[first] + 1],
+                     y_all[offsets[first]:offsets[first] + 1])
+
+    params = {k: start[k].detach().unsqueeze(0).repeat(count, *[1] * start[k].dim()) for k in trainable}
+    hyper = {field: [float(getattr(spec, field)) for spec in specs]
+             for field in ("lr", "momentum", "weight_decay", "prox_mu")}
+    anchor = {k: start[k].detach().clone() for k in trainable} if any(hyper["prox_mu"]) else None
+    correction = _stack_corrections(model, corrections, count, device) if corrections is not None else None
+    state = {}
+    if adam:
+        state = {f"{slot}:{k}": torch.zeros_like(params[k]) for k in trainable for slot in ("m", "v")}
+    elif any(hyper["momentum"]):
+        state = {f"buf:{k}": torch.zeros_like(params[k]) for k in trainable}
+    generators = [_dropout_generator(seed) for seed in seeds] if masks.shapes else None
+
+    loss_sum = torch.zeros(count, device=device)
+    correct = torch.zeros(count, dtype=torch.int64, device=device)
+    step_grad = vmap(grad(_objective(net, masks, frozen), has_aux=True), randomness="different")
+    for s in range(int(steps.max())):
+        active = np.flatnonzero(steps > s)
+        full = len(active) == count
+        rows = torch.as_tensor(active, device=device)
+        width = int(length[s, active].max())
+        take = torch.as_tensor(index[s, active, :width], device=device)
+        weight = (torch.arange(width) < torch.as_tensor(length[s, active, None])).to(device, dtype)
+        drawn = _draw_masks(masks.shapes, generators, active, length[s], width, device)
+        local = params if full else {k: v[rows] for k, v in params.items()}
+        grads, (losses, hits) = step_grad(local, x_all[take], y_all[take], weight, drawn)
+        loss_sum[rows] += losses
+        correct[rows] += hits
+        sub_state = state if full else {k: v[rows] for k, v in state.items()}
+        rates = {field: _per_device(values, active, device) for field, values in hyper.items()}
+        keep = None
+        if unused:  # torch.optim leaves a parameter without a gradient alone; the proximal term gives one
+            keep = torch.as_tensor([hyper["prox_mu"][d] == 0 for d in active], device=device)
+        for k in trainable:
+            g = grads[k]
+            if anchor is not None:
+                g = g + _scale(rates["prox_mu"], 0.5, g) * (2 * (local[k] - anchor[k]))
+            if correction is not None:
+                g = g + (correction[k] if full else correction[k][rows])
+            if adam:
+                new, moments = _adam(local[k], g, sub_state[f"m:{k}"], sub_state[f"v:{k}"], rates, s + 1)
+                updated = {f"m:{k}": moments[0], f"v:{k}": moments[1]}
+            else:
+                buffer = sub_state.get(f"buf:{k}")
+                new, buffer = _sgd(local[k], g, buffer, rates)
+                updated = {} if buffer is None else {f"buf:{k}": buffer}
+            if keep is not None and k in unused:
+                new = _where(keep, local[k], new)
+                updated = {slot: _where(keep, sub_state[slot], value) for slot, value in updated.items()}
+            _store(params, k, new, rows, full)
+            for slot, value in updated.items():
+                _store(state, slot, value, rows, full)
+
+    seen = length.sum(axis=0)
+    losses, hits = loss_sum.cpu(), correct.cpu()
+    columns = [params[name] if name in params else frozen[name].unsqueeze(0).expand(count, *frozen[name].shape)
+               for name in layout]
+    results_flat = torch.cat([c.detach().reshape(count, -1) for c in columns], dim=1).to("cpu", torch.float32)
+    for d in np.flatnonzero(steps):
+        stats[d] = TrainStats(int(steps[d]), float(losses[d]) / int(steps[d]), float(hits[d]) / int(seen[d]))
+    return [(row.numpy(), stat) for row, stat in zip(results_flat, stats)]
+
+
+@dataclass
+class _Masks:
+    """The dropout calls of one forward (probability, per-sample shape, dtype) and, inside the vmapped
+    function, this forward's masks in call order."""
+
+    shapes: list | None = None
+    queue: list | None = None
+    position: int = 0
+    recording: list | None = None
+    plain: bool = False  # a dropout call whose first dimension is not the batch: use vmap's randomness
+
+
+class _SuppliedDropout(nn.Module):
+    """nn.Dropout whose mask comes from the caller (the device's own generator), in call order."""
+
+    def __init__(self, p: float, masks: _Masks):
+        super().__init__()
+        self.p, self.masks = p, masks
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        masks = self.masks
+        if self.p == 0.0:
+            return x  # torch draws nothing for p = 0 ...
+        if self.p == 1.0:
+            return x * torch.zeros((), dtype=x.dtype, device=x.device)  # ... nor for p = 1
+        if masks.recording is not None:
+            masks.recording.append((self.p, tuple(x.shape), x.dtype))
+            return x
+        if masks.plain or masks.queue is None:
+            return F.dropout(x, self.p, True)
+        mask = masks.queue[masks.position]
+        masks.position += 1
+        return x * mask
+
+
+def _with_supplied_dropout(model: nn.Module) -> tuple[nn.Module, _Masks]:
+    """A copy of `model` in training mode whose nn.Dropout layers take supplied masks (the caller's model
+    keeps its mode and modules)."""
+    masks = _Masks()
+    net = copy.deepcopy(model)
+    for parent in net.modules():
+        for name, child in list(parent.named_children()):
+            if type(child) is nn.Dropout:
+                setattr(parent, name, _SuppliedDropout(child.p, masks))
+    return net.train(), masks
+
+
+def _dropout_calls(net, masks: _Masks, sample: torch.Tensor, trainable, start, frozen) -> list:
+    """The dropout calls of one forward as (p, per-sample shape, dtype), from forwards on 1 and 2 samples;
+    empty (plain dropout under vmap) when some call's first dimension is not the batch."""
+    if not any(isinstance(m, _SuppliedDropout) for m in net.modules()):
+        return []
+    batch = sample[:1].expand(2, *sample.shape[1:])
+    shapes = []
+    with torch.no_grad(), torch.random.fork_rng(devices=[]):
+        for size in (1, 2):
+            masks.recording = []
+            functional_call(net, ({k: start[k] for k in trainable}, frozen), (batch[:size],))
+            shapes.append(masks.recording)
+    masks.recording = None
+    one, two = shapes
+    if len(one) != len(two) or any(a[1][0] != 1 or b[1][0] != 2 or a[1][1:] != b[1][1:] for a, b in zip(one, two)):
+        masks.plain = True
+        return []
+    return [(p, shape[1:], dtype) for p, shape, dtype in one]
+
+
+def _dropout_generator(seed: int) -> torch.Generator:
+    """The CPU generator's state after torch.manual_seed(seed), which the runner's sequential path sets."""
+    generator = torch.Generator(device="cpu")
+    generator.manual_seed(seed)
+    return generator
+
+
+def _draw_masks(shapes, generators, active, lengths, width, device) -> list[torch.Tensor]:
+    """Each active device's masks for this step, drawn from its generator in call order as torch's CPU
+    dropout draws them (bernoulli_(1 - p) then / (1 - p)), padded to the step's batch width."""
+    if not shapes:
+        return []
+    drawn = []
+    for p, shape, dtype in shapes:
+        stacked = torch.zeros((len(active), width) + tuple(shape), dtype=dtype)
+        drawn.append(stacked)
+    for row, d in enumerate(active):
+        for call, (p, shape, dtype) in enumerate(shapes):
+            noise = torch.empty((int(lengths[d]),) + tuple(shape), dtype=dtype).bernoulli_(1 - p, generator=generators[d])
+            noise.div_(1 - p)
+            drawn[call][row, :int(lengths[d])] = noise
+    return [mask.to(device) for mask in drawn]
+
+
+def _objective(net: nn.Module, masks: _Masks, frozen: dict):
+    """One device's weighted mean cross-entropy (padded samples weigh 0), its value and correct count."""
+    def objective(params, x, y, weight, drawn):
+        masks.queue, masks.position = drawn, 0
+        try:
+            logits = functional_call(net, (params, frozen), (x,))
+        finally:
+            masks.queue = None
+        loss = (F.cross_entropy(logits, y, reduction="none") * weight).sum() / weight.sum().clamp(min=1)
+        hits = ((logits.argmax(1) == y) & (weight > 0)).sum()
+        return loss, (loss.detach(), hits)
+    return objective
+
+
+def _unused(net, trainable, start, frozen, x, y) -> set[str]:
+    """Trainable parameters the loss does not reach (torch.optim skips them: their grad stays None)."""
+    params = {k: start[k].detach().requires_grad_(True) for k in trainable}
+    with torch.random.fork_rng(devices=[]):
+        loss = F.cross_entropy(functional_call(net, (params, frozen), (x,)), y)
+    grads = torch.autograd.grad(loss, list(params.values()), allow_unused=True)
+    return {k for k, g in zip(trainable, grads) if g is None}
+
+
+def _flat_layout(model: nn.Module) -> list[str]:
+    """The parameter name behind each entry of `params.flatten` (state-dict order, tied weights repeated)."""
+    by_id = {}
+    for name, p in model.named_parameters():
+        by_id.setdefault(id(p), name)
+    return [by_id[id(t)] for t in model.state_dict(keep_vars=True).values() if torch.is_floating_point(t)]
+
+
+def _stack_corrections(model, corrections, count, device) -> dict[str, torch.Tensor] | None:
+    """Per trainable parameter, a (G, *shape) stack of the devices' corrections (zeros for None), sliced
+    from the flat vectors as `params.per_parameter` slices them."""
+    if all(c is None for c in corrections):
+        return None
+    offsets, offset = {}, 0
+    for t in model.state_dict(keep_vars=True).values():
+        if torch.is_floating_point(t):
+            offsets[id(t)] = offset
+            offset += t.numel()
+    flat = torch.zeros(count, offset, dtype=torch.float32)
+    for d, c in enumerate(corrections):
+        if c is not None:
+            flat[d] = torch.as_tensor(np.asarray(c, dtype=np.float32))
+    return {name: flat[:, offsets[id(p)]:offsets[id(p)] + p.numel()].reshape(count, *p.shape).to(device)
+            for name, p in model.named_parameters() if p.requires_grad}
+
+
+def _stack_plans(plans, offsets, steps) -> tuple[np.ndarray, np.ndarray]:
+    """index[s, d, :length[s, d]]: device d's step-s samples as rows of the concatenated data (0 pads)."""
+    width = max((len(b) for plan in plans for b in plan), default=0)
+    index = np.zeros((steps, len(plans), width), dtype=np.int64)
+    length = np.zeros((steps, len(plans)), dtype=np.int64)
+    for d, plan in enumerate(plans):
+        for s, batch in enumerate(plan):
+            index[s, d, :len(batch)] = batch.numpy() + offsets[d]
+            index[s, d, len(batch):] = offsets[d]
+            length[s, d] = len(batch)
+    return index, length
+
+
+def _per_device(values: list[float], active: np.ndarray, device) -> float | torch.Tensor:
+    """A hyperparameter for the active devices: a Python float when they share it (then the update uses
+    the very kernels torch.optim uses), else a (G,) tensor."""
+    chosen = [values[d] for d in active]
+    if all(v == chosen[0] for v in chosen):
+        return chosen[0]
+    return torch.tensor(chosen, dtype=torch.float64, device=device)
+
+
+def _column(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    """A (G,) float64 hyperparameter as a (G, 1, ...) column in `like`'s dtype (one rounding, as torch
+    rounds a Python float)."""
+    return value.to(like.dtype).view(-1, *[1] * (like.dim() - 1))
+
+
+def _scale(rate, factor: float, like: torch.Tensor):
+    """factor * rate, as torch folds a Python float."""
+    return factor * rate if isinstance(rate, float) else _column(factor * rate, like)
+
+
+def _axpy(x: torch.Tensor, a, y: torch.Tensor) -> torch.Tensor:
+    """x + a * y, with torch.add's alpha when a is shared (torch.optim's own kernel)."""
+    if isinstance(a, float):
+        return torch.add(x, y, alpha=a)
+    return x + _column(a, x) * y
+
+
+def _sgd(p, g, buffer, rates):
+    """torch.optim.SGD's single-tensor step (no dampening, no Nesterov); returns (new p, new buffer)."""
+    wd, momentum, lr = rates["weight_decay"], rates["momentum"], rates["lr"]
+    if not (isinstance(wd, float) and wd == 0):
+        g = _axpy(g, wd, p)
+    if buffer is not None:  # zeros at the start: m * 0 + g is the clone torch.optim takes on step 1
+        buffer = g + buffer * (momentum if isinstance(momentum, float) else _column(momentum, buffer))
+        g = buffer
+    return _axpy(p, -lr, g), buffer
+
+
+def _adam(p, g, m, v, rates, step: int):
+    """torch.optim.Adam's single-tensor step (L2 weight decay, no amsgrad) at step `step` (every active
+    device is at the same step: devices only ever drop out)."""
+    beta1, beta2 = ADAM_BETAS
+    wd, lr = rates["weight_decay"], rates["lr"]
+    if not (isinstance(wd, float) and wd == 0):
+        g = _axpy(g, wd, p)
+    m = torch.lerp(m, g, 1 - beta1)
+    v = (v * beta2).addcmul_(g, g, value=1 - beta2)
+    bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
+    denom = (v.sqrt() / bias2 ** 0.5).add_(ADAM_EPS)
+    if isinstance(lr, float):
+        return torch.addcdiv(p, m, denom, value=-(lr / bias1)), (m, v)
+    return p - _column(lr / bias1, p) * (m / denom), (m, v)
+
+
+def _where(keep: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
+    return torch.where(keep.view(-1, *[1] * (old.dim() - 1)), old, new)
+
+
+def _store(stack: dict, key: str, value: torch.Tensor, rows: torch.Tensor, full: bool) -> None:
+    """Write the active devices' rows back (or the whole stack when every device is active)."""
+    if full:
+        stack[key] = value
+    else:
+        stack[key][rows] = value
