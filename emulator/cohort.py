@@ -140,7 +140,8 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     index, length = _stack_plans(plans, offsets, int(steps.max()))
     first = int(np.flatnonzero(steps)[0])
-    masks.shapes = _dropout_calls(net, masks, x_all[offsets[first]:offsets[first] + 2], trainable, start, frozen)
+    masks.layouts = _dropout_layouts(net, masks, inputs, plans, ({k: start[k] for k in trainable}, frozen), device)
+    keys = [_layout_key(x) for x in inputs]
     unused = _unused(net, trainable, start, frozen, x_all[offsets[first]:offsets[first] + 1],
                      y_all[offsets[first]:offsets[first] + 1])
 
@@ -154,7 +155,7 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
         state = {f"{slot}:{k}": torch.zeros_like(params[k]) for k in trainable for slot in ("m", "v")}
     elif any(hyper["momentum"]):
         state = {f"buf:{k}": torch.zeros_like(params[k]) for k in trainable}
-    generators = [_dropout_generator(seed) for seed in seeds] if masks.shapes else None
+    generators = [_dropout_generator(seed, device) for seed in seeds] if masks.layouts else None
 
     loss_sum = torch.zeros(count, device=device)
     correct = torch.zeros(count, dtype=torch.int64, device=device)
@@ -166,35 +167,38 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
         width = int(length[s, active].max())
         take = torch.as_tensor(index[s, active, :width], device=device)
         weight = (torch.arange(width) < torch.as_tensor(length[s, active, None])).to(device, dtype)
-        drawn = _draw_masks(masks.shapes, generators, active, length[s], width, device)
+        drawn = _draw_masks(masks.layouts, keys, generators, active, length[s], width, device)
         local = params if full else {k: v[rows] for k, v in params.items()}
         grads, (losses, hits) = step_grad(local, x_all[take], y_all[take], weight, drawn)
         loss_sum[rows] += losses
         correct[rows] += hits
-        sub_state = state if full else {k: v[rows] for k, v in state.items()}
         rates = {field: _per_device(values, active, device) for field, values in hyper.items()}
         keep = None
         if unused:  # torch.optim leaves a parameter without a gradient alone; the proximal term gives one
             keep = torch.as_tensor([hyper["prox_mu"][d] == 0 for d in active], device=device)
         for k in trainable:
+            # in place on the stacks when every device is active, else on the active rows' copies
+            p = local[k]
+            slots = {slot: state[f"{slot}:{k}"] if full else state[f"{slot}:{k}"][rows]
+                     for slot in ("m", "v", "buf") if f"{slot}:{k}" in state}
+            held = (p.clone(), {n: t.clone() for n, t in slots.items()}) if keep is not None and k in unused else None
             g = grads[k]
             if anchor is not None:
-                g = g + _scale(rates["prox_mu"], 0.5, g) * (2 * (local[k] - anchor[k]))
+                g.add_(_scale(rates["prox_mu"], 0.5, g) * (2 * (p - anchor[k])))
             if correction is not None:
-                g = g + (correction[k] if full else correction[k][rows])
+                g.add_(correction[k] if full else correction[k][rows])
             if adam:
-                new, moments = _adam(local[k], g, sub_state[f"m:{k}"], sub_state[f"v:{k}"], rates, s + 1)
-                updated = {f"m:{k}": moments[0], f"v:{k}": moments[1]}
+                _adam_(p, g, slots["m"], slots["v"], rates, s + 1)
             else:
-                buffer = sub_state.get(f"buf:{k}")
-                new, buffer = _sgd(local[k], g, buffer, rates)
-                updated = {} if buffer is None else {f"buf:{k}": buffer}
-            if keep is not None and k in unused:
-                new = _where(keep, local[k], new)
-                updated = {slot: _where(keep, sub_state[slot], value) for slot, value in updated.items()}
-            _store(params, k, new, rows, full)
-            for slot, value in updated.items():
-                _store(state, slot, value, rows, full)
+                _sgd_(p, g, slots.get("buf"), rates)
+            if held is not None:
+                _restore_(keep, p, held[0])
+                for slot, value in slots.items():
+                    _restore_(keep, value, held[1][slot])
+            if not full:
+                params[k][rows] = p
+                for slot, value in slots.items():
+                    state[f"{slot}:{k}"][rows] = value
 
     seen = length.sum(axis=0)
     losses, hits = loss_sum.cpu(), correct.cpu()
@@ -208,10 +212,10 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
 
 @dataclass
 class _Masks:
-    """The dropout calls of one forward (probability, per-sample shape, dtype) and, inside the vmapped
-    function, this forward's masks in call order."""
+    """How each dropout call of one forward looks per (input layout, batch length), and, inside the
+    vmapped function, this forward's masks in call order."""
 
-    shapes: list | None = None
+    layouts: dict | None = None
     queue: list | None = None
     position: int = 0
     recording: list | None = None
@@ -232,7 +236,7 @@ class _SuppliedDropout(nn.Module):
         if self.p == 1.0:
             return x * torch.zeros((), dtype=x.dtype, device=x.device)  # ... nor for p = 1
         if masks.recording is not None:
-            masks.recording.append((self.p, tuple(x.shape), x.dtype))
+            masks.recording.append((self.p, tuple(x.shape), x.stride(), x.dtype))
             return x
         if masks.plain or masks.queue is None:
             return F.dropout(x, self.p, True)
@@ -253,48 +257,63 @@ def _with_supplied_dropout(model: nn.Module) -> tuple[nn.Module, _Masks]:
     return net.train(), masks
 
 
-def _dropout_calls(net, masks: _Masks, sample: torch.Tensor, trainable, start, frozen) -> list:
-    """The dropout calls of one forward as (p, per-sample shape, dtype), from forwards on 1 and 2 samples;
-    empty (plain dropout under vmap) when some call's first dimension is not the batch."""
+def _layout_key(x: torch.Tensor) -> tuple:
+    """What decides the memory layout of a batch gathered from x: its per-sample shape and strides."""
+    return tuple(x.shape[1:]), tuple(x.stride()[1:]), x.dtype
+
+
+def _dropout_layouts(net, masks: _Masks, inputs, plans, params, device) -> dict:
+    """Each dropout call's (p, size, strides, dtype) for every (input layout, batch length) the devices
+    meet, from plain forwards on such batches.
+
+    The strides matter: torch's CPU dropout fills its mask in the memory order of its input (empty_like
+    keeps the layout), and that layout follows the data's, e.g. channels_last activations after a
+    convolution of (N, 1, H, W) images whose channel stride numpy left at 0. Empty (and `masks.plain`) when
+    some call's first dimension is not the batch: those models get vmap's randomness instead."""
     if not any(isinstance(m, _SuppliedDropout) for m in net.modules()):
-        return []
-    batch = sample[:1].expand(2, *sample.shape[1:])
-    shapes = []
+        return {}
+    layouts = {}
     with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        for size in (1, 2):
-            masks.recording = []
-            functional_call(net, ({k: start[k] for k in trainable}, frozen), (batch[:size],))
-            shapes.append(masks.recording)
+        for x, plan in zip(inputs, plans):
+            for length in sorted({len(batch) for batch in plan}):
+                key = (_layout_key(x), length)
+                if key not in layouts:
+                    masks.recording = []
+                    functional_call(net, params, (x.to(device)[torch.arange(length, device=device)],))
+                    layouts[key] = masks.recording
     masks.recording = None
-    one, two = shapes
-    if len(one) != len(two) or any(a[1][0] != 1 or b[1][0] != 2 or a[1][1:] != b[1][1:] for a, b in zip(one, two)):
+    calls = list(layouts.values())
+    if any(len(c) != len(calls[0]) or any(size[0] != key[1] or size[1:] != first[1][1:]
+                                          for (_, size, _, _), first in zip(c, calls[0]))
+           for key, c in layouts.items()):
         masks.plain = True
-        return []
-    return [(p, shape[1:], dtype) for p, shape, dtype in one]
+        return {}
+    return layouts
 
 
-def _dropout_generator(seed: int) -> torch.Generator:
-    """The CPU generator's state after torch.manual_seed(seed), which the runner's sequential path sets."""
-    generator = torch.Generator(device="cpu")
+def _dropout_generator(seed: int, device: torch.device) -> torch.Generator:
+    """On CPU, the CPU generator's state after torch.manual_seed(seed), which the runner's sequential path
+    sets; on a GPU a generator there seeded alike (the device's own stream, not the fused dropout's)."""
+    generator = torch.Generator(device=device)
     generator.manual_seed(seed)
     return generator
 
 
-def _draw_masks(shapes, generators, active, lengths, width, device) -> list[torch.Tensor]:
+def _draw_masks(layouts, keys, generators, active, lengths, width, device) -> list[torch.Tensor]:
     """Each active device's masks for this step, drawn from its generator in call order as torch's CPU
-    dropout draws them (bernoulli_(1 - p) then / (1 - p)), padded to the step's batch width."""
-    if not shapes:
+    dropout draws them (bernoulli_(1 - p) into a tensor laid out like the input, then / (1 - p)), padded
+    to the step's batch width."""
+    if not layouts:
         return []
-    drawn = []
-    for p, shape, dtype in shapes:
-        stacked = torch.zeros((len(active), width) + tuple(shape), dtype=dtype)
-        drawn.append(stacked)
+    first = layouts[(keys[active[0]], int(lengths[active[0]]))]
+    drawn = [torch.zeros((len(active), width) + size[1:], dtype=dtype, device=device) for _, size, _, dtype in first]
     for row, d in enumerate(active):
-        for call, (p, shape, dtype) in enumerate(shapes):
-            noise = torch.empty((int(lengths[d]),) + tuple(shape), dtype=dtype).bernoulli_(1 - p, generator=generators[d])
-            noise.div_(1 - p)
-            drawn[call][row, :int(lengths[d])] = noise
-    return [mask.to(device) for mask in drawn]
+        length = int(lengths[d])
+        for call, (p, size, stride, dtype) in enumerate(layouts[(keys[d], length)]):
+            noise = torch.empty_strided(size, stride, dtype=dtype, device=device)
+            noise.bernoulli_(1 - p, generator=generators[d])
+            drawn[call][row, :length] = noise.div_(1 - p)
+    return drawn
 
 
 def _objective(net: nn.Module, masks: _Masks, frozen: dict):
@@ -379,47 +398,41 @@ def _scale(rate, factor: float, like: torch.Tensor):
     return factor * rate if isinstance(rate, float) else _column(factor * rate, like)
 
 
-def _axpy(x: torch.Tensor, a, y: torch.Tensor) -> torch.Tensor:
-    """x + a * y, with torch.add's alpha when a is shared (torch.optim's own kernel)."""
+def _add_(x: torch.Tensor, a, y: torch.Tensor) -> torch.Tensor:
+    """x += a * y in place, with torch's alpha when a is shared (torch.optim's own kernel)."""
     if isinstance(a, float):
-        return torch.add(x, y, alpha=a)
-    return x + _column(a, x) * y
+        return x.add_(y, alpha=a)
+    return x.add_(_column(a, x) * y)
 
 
-def _sgd(p, g, buffer, rates):
-    """torch.optim.SGD's single-tensor step (no dampening, no Nesterov); returns (new p, new buffer)."""
+def _sgd_(p, g, buffer, rates) -> None:
+    """torch.optim.SGD's single-tensor step (no dampening, no Nesterov), in place on p, g and buffer."""
     wd, momentum, lr = rates["weight_decay"], rates["momentum"], rates["lr"]
     if not (isinstance(wd, float) and wd == 0):
-        g = _axpy(g, wd, p)
-    if buffer is not None:  # zeros at the start: m * 0 + g is the clone torch.optim takes on step 1
-        buffer = g + buffer * (momentum if isinstance(momentum, float) else _column(momentum, buffer))
+        _add_(g, wd, p)
+    if buffer is not None:  # zeros at the start: 0 * m + g is the clone torch.optim takes on step 1
+        buffer.mul_(momentum if isinstance(momentum, float) else _column(momentum, buffer)).add_(g)
         g = buffer
-    return _axpy(p, -lr, g), buffer
+    _add_(p, -lr, g)
 
 
-def _adam(p, g, m, v, rates, step: int):
-    """torch.optim.Adam's single-tensor step (L2 weight decay, no amsgrad) at step `step` (every active
-    device is at the same step: devices only ever drop out)."""
+def _adam_(p, g, m, v, rates, step: int) -> None:
+    """torch.optim.Adam's single-tensor step (L2 weight decay, no amsgrad) at step `step`, in place
+    (every active device is at the same step: devices only ever drop out)."""
     beta1, beta2 = ADAM_BETAS
     wd, lr = rates["weight_decay"], rates["lr"]
     if not (isinstance(wd, float) and wd == 0):
-        g = _axpy(g, wd, p)
-    m = torch.lerp(m, g, 1 - beta1)
-    v = (v * beta2).addcmul_(g, g, value=1 - beta2)
+        _add_(g, wd, p)
+    m.lerp_(g, 1 - beta1)
+    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
     bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
     denom = (v.sqrt() / bias2 ** 0.5).add_(ADAM_EPS)
     if isinstance(lr, float):
-        return torch.addcdiv(p, m, denom, value=-(lr / bias1)), (m, v)
-    return p - _column(lr / bias1, p) * (m / denom), (m, v)
-
-
-def _where(keep: torch.Tensor, old: torch.Tensor, new: torch.Tensor) -> torch.Tensor:
-    return torch.where(keep.view(-1, *[1] * (old.dim() - 1)), old, new)
-
-
-def _store(stack: dict, key: str, value: torch.Tensor, rows: torch.Tensor, full: bool) -> None:
-    """Write the active devices' rows back (or the whole stack when every device is active)."""
-    if full:
-        stack[key] = value
+        p.addcdiv_(m, denom, value=-(lr / bias1))
     else:
-        stack[key][rows] = value
+        p.sub_(_column(lr / bias1, p) * (m / denom))
+
+
+def _restore_(keep: torch.Tensor, value: torch.Tensor, old: torch.Tensor) -> None:
+    """Put back the old rows of the devices in `keep`."""
+    value.copy_(torch.where(keep.view(-1, *[1] * (old.dim() - 1)), old, value))

@@ -275,3 +275,16 @@ def test_dropout_masks_are_per_device_and_train():
     long = LocalTraining(lr=0.05, batch_size=8, local_steps=40)
     first = train_cohort(model, xs, ys, [LocalTraining(lr=0.05, batch_size=8, local_steps=4)], [1])[0][1].loss
     assert train_cohort(model, xs, ys, [long], [1])[0][1].loss < first
+
+
+def test_dropout_masks_follow_the_input_layout():
+    """torch's CPU dropout fills its mask in its input's memory order, and (N, 1, H, W) images with a
+    channel stride of 1 (what ArrayDataset.tensors gives for numpy images) make the convolutions run
+    channels_last: the masks must be drawn in that order too. A group mixes both layouts."""
+    model = build_model("cnn_fmnist", SHAPE, 10, seed=0)
+    xs, ys = device_data([40, 23, 16, 9])
+    xs = [x.as_strided(x.shape, (784, 1, 28, 1)) if d % 2 == 0 else x for d, x in enumerate(xs)]
+    assert xs[0].stride() == (784, 1, 28, 1)
+    specs = [LocalTraining(lr=0.05, batch_size=16, local_epochs=2)] * 4
+    expected = sequential(model, xs, ys, specs, [1, 2, 3, 4])
+    assert_agree(expected, train_cohort(model, xs, ys, specs, [1, 2, 3, 4]))
