@@ -98,7 +98,14 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
         found = json.loads((run_dir / "summary.json").read_text()).get("plugin_paths") or []
     except (OSError, ValueError):
         found = []
-    return load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
+    scenario = load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
+    if any(text.startswith(("runtime.precision=", "runtime=")) for text in overrides or []):
+        recorded = load_scenario(run_dir / "scenario.yaml", [], search=[Path(p) for p in found]).runtime.precision
+        if scenario.runtime.precision != recorded:
+            raise ScenarioError(f"--resume with --set runtime.precision={scenario.runtime.precision}: this run computes "
+                                f"in {recorded}, and the precision changes results, so it cannot change when resuming; "
+                                "start a new run for the other precision")
+    return scenario
 
 
 def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = None,
@@ -242,6 +249,7 @@ def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, noti
 
 def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
     started = time.time()
+    _check_local_precision(scenario.runtime)  # bf16 on a machine without it: refused before data and Ray
     if federation is None:
         federation = build_federation(scenario.data, scenario.population.devices, scenario.seed,
                                       scenario.population.types)
@@ -253,9 +261,10 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
     with ray_session(runtime.address) as session_outlives_run:
         if stop is not None:
             stop.install()  # Ray's init installs a SIGTERM handler of its own: ours comes back
+        _check_gpus(runtime)
         context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
                              torch_seed(scenario.seed, "model-init"), scenario.model.options(),
-                             tuple(scenario.plugins))
+                             tuple(scenario.plugins), runtime.precision)
         context_box = [ray.put(context)]
         count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
         begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
@@ -265,7 +274,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         directory = start.directory
         try:
             server.call("preflight")
-            pool.prepare(context.key, context_box)
+            _prepare(pool, context.key, context_box)
             if directory is None:
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
@@ -437,6 +446,45 @@ def _remote(ref):
         if isinstance(inner, ScenarioError):
             raise type(inner)(str(inner)) from None
         raise
+
+
+def _prepare(pool: RunnerPool, run_key: str, context_box: list) -> None:
+    """pool.prepare, with a runner's bad-input error (a plugin, runtime.precision on its hardware) reaching
+    the user as such, as _remote does."""
+    try:
+        pool.prepare(run_key, context_box)
+    except ray.exceptions.RayTaskError as exc:
+        inner = innermost(exc)
+        if isinstance(inner, ScenarioError):
+            raise type(inner)(str(inner)) from None
+        raise
+
+
+def _check_local_precision(runtime) -> None:
+    """A local run trains and evaluates on this machine: refuse a precision its hardware lacks before Ray
+    starts. (On a cluster every runner and the server check their own machine when they first see the run.)"""
+    if runtime.precision == "fp32" or runtime.address not in (None, "local"):
+        return
+    import torch
+
+    from emulator import precision
+
+    precision.require(runtime.precision, "cpu", "this machine")  # the server's CPU, and CPU runners'
+    if runtime.num_gpus > 0 and torch.cuda.is_available():
+        precision.require(runtime.precision, "cuda", "this machine's GPU")
+
+
+def _check_gpus(runtime) -> None:
+    """A GPU share per runner on a Ray cluster without GPUs would wait forever for resources: refuse it."""
+    if runtime.num_gpus <= 0:
+        return
+    gpus = ray.cluster_resources().get("GPU", 0)
+    if gpus < runtime.num_gpus:  # one runner needs its whole share
+        where = f"the Ray cluster at {runtime.address}" if runtime.address not in (None, "local") else "this machine"
+        raise ScenarioError(
+            f"runtime.num_gpus: {runtime.num_gpus:g}, but {where} has {'no GPU' if not gpus else f'{gpus:g} GPU(s)'} "
+            "that Ray can see, so no runner could start. Set runtime.num_gpus: 0 to train on CPUs, or run where a "
+            "GPU is visible (check nvidia-smi and CUDA_VISIBLE_DEVICES; on a cluster, `ray status` lists the GPUs)")
 
 
 def plugin_environment(plugins: list[str]) -> dict | None:

@@ -912,6 +912,7 @@ class RuntimeConfig(Strict):
     num_gpus: float = Field(0.0, ge=0)
     server_num_cpus: float = Field(0.0, ge=0)
     torch_threads: Optional[int] = Field(None, gt=0)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/precision.py)
 
 
 class EvaluationConfig(Strict):

@@ -9,6 +9,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from emulator import precision as numerics
+
 
 @dataclass(frozen=True)
 class LocalTraining:
@@ -54,12 +56,15 @@ def make_optimizer(spec: LocalTraining, parameters) -> torch.optim.Optimizer:
 
 
 def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec: LocalTraining,
-                  generator: torch.Generator, correction: list[torch.Tensor] | None = None) -> TrainStats:
+                  generator: torch.Generator, correction: list[torch.Tensor] | None = None,
+                  precision: str = "fp32") -> TrainStats:
     """Run the device's local steps in place on `model`.
 
     Minibatches walk through a shuffled order and reshuffle when it is used up, so K steps and E epochs
     are the same loop. All randomness comes from `generator` (and the caller's torch seed for dropout).
     `correction` (one tensor per parameter) is added to every gradient: SCAFFOLD's c - c_i.
+    `precision` (runtime.precision): "bf16" runs the forward pass and loss under bf16 autocast, the
+    weights, gradients and optimizer staying float32 (emulator/precision.py).
     """
     n = len(labels)
     steps = spec.steps_for(n)
@@ -68,6 +73,7 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     batch = min(spec.batch_size, n)
     optimizer = make_optimizer(spec, model.parameters())
     anchor = [p.detach().clone() for p in model.parameters()] if spec.prox_mu > 0 else None
+    inputs = numerics.prepare_inputs(inputs, model, precision)
     model.train()
     loss_sum = torch.zeros((), device=inputs.device)
     correct = torch.zeros((), device=inputs.device, dtype=torch.int64)
@@ -81,8 +87,9 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
         index = order[position:position + batch]
         position += batch
         x, y = inputs[index], labels[index]
-        logits = model(x)
-        loss = F.cross_entropy(logits, y)
+        with numerics.autocast(precision, inputs.device):
+            logits = model(x)
+            loss = F.cross_entropy(logits, y)
         objective = loss
         if anchor is not None:
             objective = loss + 0.5 * spec.prox_mu * sum(
@@ -108,10 +115,11 @@ def evaluate(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch
 
 @torch.no_grad()
 def evaluate_by_class(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int,
-                      num_classes: int | None = None) -> tuple[float, float, np.ndarray, np.ndarray]:
+                      num_classes: int | None = None, precision: str = "fp32"
+                      ) -> tuple[float, float, np.ndarray, np.ndarray]:
     """`evaluate`, plus per class how many samples were classified correctly and how many there are (so
     that a skewed participation shows in the classes the model neglects). Their sums are the overall
-    counts: the accuracy is correct.sum() / total.sum()."""
+    counts: the accuracy is correct.sum() / total.sum(). `precision` as in train_locally."""
     model.eval()
     classes = num_classes if num_classes is not None else int(labels.max()) + 1 if len(labels) else 0
     if len(labels) == 0:
@@ -120,8 +128,10 @@ def evaluate_by_class(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
     correct = torch.zeros(classes, dtype=torch.int64, device=inputs.device)
     for start in range(0, len(labels), batch_size):
         x, y = inputs[start:start + batch_size], labels[start:start + batch_size]
-        logits = model(x)
-        loss_sum += F.cross_entropy(logits, y, reduction="sum").double()
+        x = numerics.prepare_inputs(x, model, precision)
+        with numerics.autocast(precision, inputs.device):
+            logits = model(x)
+        loss_sum += F.cross_entropy(logits.float(), y, reduction="sum").double()
         correct += torch.bincount(y[logits.argmax(1) == y], minlength=classes)[:classes]
     total = torch.bincount(labels, minlength=classes)[:classes]
     right = correct.cpu().numpy().astype(np.int64)

@@ -14,6 +14,7 @@ import ray
 import torch
 
 from emulator import params as param_vector
+from emulator import precision as numerics
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
 from emulator.models import build_model
@@ -32,6 +33,7 @@ class RunContext:
     model_seed: int
     model_options: dict = field(default_factory=dict)  # the model's own options (scenario `model:` fields)
     plugins: tuple[str, ...] = ()  # modules to import before building anything (they register parts)
+    precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/precision.py)
 
 
 def unbox(context_box: list) -> RunContext:
@@ -66,11 +68,12 @@ class DeviceRunner:
     def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
         if key not in self._runs:
             context = unbox(context_box)
+            numerics.require(context.precision, self.device, f"a runner on {_host()} ({self.device.type})")
             load_plugins(context.plugins)
             train = context.federation.train
             model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed,
                                 context.model_options)
-            self._runs[key] = (context, model.to(self.device))
+            self._runs[key] = (context, numerics.prepare_model(model.to(self.device), context.precision))
             while len(self._runs) > self.max_cached_runs:
                 self._runs.popitem(last=False)
         self._runs.move_to_end(key)
@@ -91,7 +94,7 @@ class DeviceRunner:
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         torch.manual_seed(job.seed)  # dropout masks
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
-            stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction)
+            stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)
         delta -= global_params
         return ClientUpdate(job.device, len(samples), delta, stats, job.multiplicity)
@@ -110,6 +113,12 @@ class DeviceRunner:
         import os
 
         return os.getpid()
+
+
+def _host() -> str:
+    import platform
+
+    return platform.node() or "this node"
 
 
 def _warm_up() -> None:

@@ -14,6 +14,7 @@ import torch
 
 from emulator import bias
 from emulator import params as param_vector
+from emulator import precision as numerics
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
@@ -44,6 +45,8 @@ class FederatedServer:
         federation = context.federation
         self.model = build_model(context.model_name, federation.train.input_shape, federation.train.num_classes,
                                  context.model_seed, context.model_options)
+        self.precision = context.precision  # runtime.precision: server training and evaluation too
+        numerics.prepare_model(self.model, self.precision)
         self.params = param_vector.flatten(self.model)
         self.model_bytes = param_vector.nbytes(self.model)
         self.sizes = federation.sizes
@@ -173,7 +176,8 @@ class FederatedServer:
         param_vector.load(self.model, params)
         seed = torch_seed(self.scenario.seed, "server-train", purpose)
         torch.manual_seed(seed)
-        stats = train_locally(self.model, self.server_x, self.server_y, spec, seeded_generator(seed))
+        stats = train_locally(self.model, self.server_x, self.server_y, spec, seeded_generator(seed),
+                              precision=self.precision)
         self.server_samples_this_round += int(spec.samples_processed(len(self.server_y)))
         return param_vector.flatten(self.model), stats
 
@@ -193,10 +197,14 @@ class FederatedServer:
         return self.round
 
     def preflight(self) -> None:
-        """Refuse a deadline that no device can ever meet, before the first round."""
+        """Refuse a deadline that no device can ever meet, or a precision this machine's CPU (where the server
+        trains and evaluates) lacks, before the first round."""
+        import platform
+
         from emulator.scenario import ScenarioError
         from emulator.system import SimulatedSystem
 
+        numerics.require(self.precision, "cpu", f"the server on {platform.node() or 'its node'}")
         if not isinstance(self.system, SimulatedSystem):
             return
         down, up = self.algorithm.payload
@@ -242,7 +250,8 @@ class FederatedServer:
         without test samples)."""
         param_vector.load(self.model, self.params)
         loss, acc, correct, total = evaluate_by_class(self.model, self.test_x, self.test_y,
-                                                      self.scenario.evaluation.batch_size, self.num_classes)
+                                                      self.scenario.evaluation.batch_size, self.num_classes,
+                                                      self.precision)
         return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc), \
             bias.class_accuracy(correct, total)
 
