@@ -1,31 +1,43 @@
 """Cohort-vectorised local training: G devices' local steps at once with torch.func.
 
-One runner training one device at a time spends most of a small model's step in per-call overhead; here
-each parameter is stacked G times and one `vmap(grad(...))` over (stacked parameters, per-device
-minibatch) computes every device's gradient in one batched pass, then the optimizer update runs on the
-stacked tensors. Each device still follows `emulator.training.train_locally` exactly:
+A runner training one device at a time pays per-step overhead (autograd, the optimizer, Python) that a
+small model's arithmetic does not cover; here each parameter is stacked G times and one
+`vmap(grad(...))` over (stacked parameters, per-device minibatch) computes every device's gradient in
+one batched pass, then the optimizer update runs on the stacked tensors. Each device still follows
+`emulator.training.train_locally`:
 
 - **Data order.** A device's minibatches are drawn from `seeded_generator(seed)` by the same walk through
   shuffled orders (`batch_plan`): same indices, same partial last batch of an epoch, same reshuffles.
 - **Step counts.** Devices with fewer steps (fewer samples under `local_epochs`, none at all, other
-  `local_steps`) simply drop out of the later steps: each step trains only the devices still active
-  (their rows are gathered, updated and written back), so a finished device's parameters and optimizer
-  state stay as they were. Batches of different sizes in one step (a partial last batch, another
-  `batch_size`) are padded to the step's largest and the padded samples weigh 0 in the loss.
-- **Dropout.** `nn.Dropout` layers get their masks from the device's own CPU generator seeded with its
-  seed, drawn per call as torch's CPU dropout draws them after `torch.manual_seed(seed)` (what the runner
-  does): on CPU the masks are the sequential path's own, and a device's result never depends on the
-  other devices in its group. Other random modules (Dropout2d, AlphaDropout, F.dropout in a forward)
-  draw from the global torch generator under `vmap(randomness="different")`: valid training, but the
-  draws depend on the group.
+  `local_steps`) drop out of the later steps: each step trains only the devices still active (their
+  rows are gathered, updated and written back), so a finished device's parameters and optimizer state
+  stay as they were and cost nothing. Batches of different sizes in one step (a partial last batch,
+  another `batch_size`) are padded to the step's largest; padded samples weigh 0 in the loss.
+- **Dropout.** `nn.Dropout` layers take masks drawn from the device's own generator seeded with its seed,
+  call by call, as torch's CPU dropout draws them after `torch.manual_seed(seed)` (what the runner does),
+  in the memory order of the layer's input: on CPU they are the sequential path's own masks, and a
+  device's result never depends on the other devices in its group. Other random modules (Dropout2d,
+  AlphaDropout, F.dropout inside a forward) draw from the global torch generator under
+  `vmap(randomness="different")`: valid training, but their draws depend on the group.
 - **Client-side terms.** FedProx's proximal gradient mu (w - w_global), SCAFFOLD's correction added to
-  every gradient, SGD with momentum and (L2) weight decay, and Adam, written as torch.optim.SGD and
-  torch.optim.Adam's single-tensor steps write them (Adam with betas (0.9, 0.999), eps 1e-8), per device.
+  every gradient, SGD with momentum and (L2) weight decay, and Adam, as torch.optim.SGD's and
+  torch.optim.Adam's single-tensor steps compute them (Adam with betas (0.9, 0.999), eps 1e-8); every
+  LocalTraining field but the optimizer kind may differ per device.
 
-Agreement with the sequential path (fp32, CPU): the same arithmetic up to the summation order of batched
-matrix products, i.e. parameters within ~1e-6 after 10 steps (tests/test_cohort.py checks <= 1e-5).
-On a GPU the sequential path draws dropout from the CUDA generator, so dropout models agree only in
-distribution there.
+Agreement with the sequential path (fp32, CPU, tests/test_cohort.py): the same arithmetic but for the
+summation order inside batched matrix products and grouped convolutions, so parameters agree to ~1e-7
+after 10 steps (tested <= 1e-5), losses to ~1e-7, accuracies exactly. Two honest exceptions: Adam divides
+by sqrt(v) + eps, so where a gradient entry nearly cancels its last-bit difference becomes a step of up
+to ~lr (measured up to 5e-3 x lr; in fp64 both paths agree to float32's last bit); and a rounding
+difference can flip a ReLU or max-pool decision at a near-tie, which moves that device by about
+lr x one sample's gradient / batch (on real Fashion-MNIST: 2 of 1000 MLP devices by up to 7e-5 over 10
+steps). On a GPU the sequential path draws dropout in its fused kernel, so dropout models agree there
+only in distribution.
+
+Speed (benchmarks/cohort.py, one thread, 2-core AMD EPYC, fp32): the MLP round takes ~0.6x the
+one-at-a-time time in groups of 50-100 (the batched matrix products then run near the core's peak, which
+is the floor); the FAST CNN gains nothing on a CPU (its convolutions already fill the core one device at a
+time, and vmap's grouped convolutions are no faster). Large groups need `keep_freed_memory()`.
 
 `supports(model)` says when a model cannot take this path (BatchNorm, buffers, recurrent layers): the
 caller then trains those devices one at a time.
@@ -70,6 +82,30 @@ def supports(model: nn.Module) -> str | None:
                 "that training may change and that travels in the parameter vector; the vectorised path "
                 "trains parameters only")
     return None
+
+
+def keep_freed_memory() -> bool:
+    """Make glibc serve large blocks from its heap and keep freed memory (mallopt M_MMAP_MAX = 0,
+    M_TRIM_THRESHOLD = 2 GiB). Returns whether it could (False without glibc).
+
+    A vectorised step allocates G times one device's activations and gradients; blocks above glibc's mmap
+    ceiling (32 MiB at most) are otherwise mapped and unmapped on every step and page-faulted in anew,
+    which made the FAST CNN group of 10 two to three times slower on a loaded 2-core machine. Process-wide
+    and for the process's lifetime (its memory stays at its peak): call it once in a process that trains
+    cohorts, such as a runner. The environment variables MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=... do
+    the same from a process's start.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    try:
+        libc = ctypes.CDLL(name or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    m_trim_threshold, m_mmap_max = -1, -4  # glibc's malloc.h
+    return bool(mallopt(m_mmap_max, 0)) and bool(mallopt(m_trim_threshold, 2 ** 31 - 1))
 
 
 def batch_plan(num_samples: int, spec: LocalTraining, generator: torch.Generator) -> list[torch.Tensor]:
