@@ -134,10 +134,11 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
     """Train G devices from `model`'s current parameters, each as `train_locally` would, all at once.
 
     inputs[d], labels[d]: device d's samples (float features or int64 token ids; labels int64), any
-    number including 0. specs[d]: its LocalTraining (one optimizer kind for the group; every other field
-    may differ). seeds[d]: its training seed (DeviceJob.seed): data order from `seeded_generator(seed)`,
-    dropout masks from a CPU generator seeded with it. corrections[d]: SCAFFOLD's c - c_i as a flat vector
-    in the `emulator.params.flatten` layout, or None.
+    number including 0 (for `with_server_data` the caller appends the server's samples, as the runner
+    does). specs[d]: its LocalTraining (one optimizer kind for the group; every other field may differ).
+    seeds[d]: its training seed (DeviceJob.seed): data order from `seeded_generator(seed)`, dropout masks
+    from a generator on the model's device seeded with it. corrections[d]: SCAFFOLD's c - c_i as a flat
+    vector in the `emulator.params.flatten` layout, or None.
 
     Returns per device its trained parameters as a flat float32 vector in the `params.flatten` layout
     (subtract the global vector for the delta) and its TrainStats. `model` itself is left unchanged.

@@ -288,3 +288,16 @@ def test_dropout_masks_follow_the_input_layout():
     specs = [LocalTraining(lr=0.05, batch_size=16, local_epochs=2)] * 4
     expected = sequential(model, xs, ys, specs, [1, 2, 3, 4])
     assert_agree(expected, train_cohort(model, xs, ys, specs, [1, 2, 3, 4]))
+
+
+def test_keep_freed_memory_in_a_process_of_its_own():
+    """Process-wide, so checked in a child process: glibc accepts both settings and training still runs."""
+    import subprocess
+    import sys
+
+    code = ("import torch; from emulator.cohort import keep_freed_memory, train_cohort; "
+            "from emulator.training import LocalTraining; assert keep_freed_memory(); "
+            "m = torch.nn.Linear(3, 2); x = torch.zeros(200000, 3); "
+            "train_cohort(m, [x], [torch.zeros(200000, dtype=torch.int64)], "
+            "[LocalTraining(lr=0.1, batch_size=100000, local_steps=2)], [1])")
+    subprocess.run([sys.executable, "-c", code], check=True)
