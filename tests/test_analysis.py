@@ -6,6 +6,7 @@ import math
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -311,3 +312,13 @@ def test_the_table_counts_stragglers_and_cancelled_devices_and_tolerates_older_r
     assert "'-' marks runs written before" in report
     summary = pd.read_csv(tmp_path / "r" / "summary.csv").set_index("experiment")
     assert summary.at["new", "cancelled"] == 10 and math.isnan(summary.at["old", "cancelled"])
+
+
+def test_bf16_runs_are_another_experiment_while_runtime_settings_are_not():
+    from emulator.analysis.runs import Run, experiment_key
+
+    def run(runtime):
+        return Run(Path("r"), {"name": "x", "seed": 0, "rounds": 5, "runtime": runtime}, pd.DataFrame())
+
+    assert experiment_key(run({})) == experiment_key(run({"precision": "fp32", "runners": 4}))
+    assert experiment_key(run({"precision": "bf16"})) != experiment_key(run({"precision": "fp32"}))

@@ -146,6 +146,9 @@ def experiment_key(run: Run) -> str:
     """Runs with equal keys are the same experiment, with the same or different seeds."""
     flat = {k: v for k, v in _flatten(run.scenario).items()
             if not any(k == skip or k.startswith(skip + ".") for skip in NOT_PART_OF_THE_EXPERIMENT)}
+    precision = (run.scenario.get("runtime") or {}).get("precision", "fp32")
+    if precision != "fp32":  # bf16 changes results; fp32 (and runs from before the field) keep their keys
+        flat["runtime.precision"] = precision
     flat["name"] = _base_name(run.name)
     return json.dumps(flat, sort_keys=True, default=str)
 
