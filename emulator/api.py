@@ -26,8 +26,7 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 import yaml
 
-from emulator.scenario import (Scenario, ScenarioError, apply_overrides, read_yaml, resolve_files,
-                               validate_scenario)
+from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, scenario_from, with_plugins
 
 __all__ = ["run", "load", "sweep", "resume", "shutdown", "Run", "Sweep", "ScenarioError"]
 
@@ -447,29 +446,12 @@ def _raw(scenario) -> tuple[dict, str, Path]:
 def _scenario(scenario, overrides: list[str], plugins, custom) -> Scenario:
     raw, source, base = _raw(scenario)
     raw = apply_overrides(raw, overrides)
-    if plugins:
-        raw = _with_plugins(raw, plugins)
+    raw = with_plugins(raw, plugins)
     if custom is not None:
         from emulator.data.custom import scenario_for
 
         raw = scenario_for(raw, custom)
-    return _validate(raw, source, base)
-
-
-def _validate(raw: dict, source: str, base: Path) -> Scenario:
-    """Validate as load_scenario does: plugins looked for beside the file (or in the working directory),
-    then relative files resolved."""
-    scenario = validate_scenario(raw, source=source, search=[base, Path.cwd()])
-    resolve_files(scenario, base, source=source)
-    return scenario
-
-
-def _with_plugins(raw: dict, plugins) -> dict:
-    """The scenario's plugins and these (as --plugin adds them)."""
-    raw = dict(raw)
-    added = [plugins] if isinstance(plugins, str) else list(plugins)
-    raw["plugins"] = list(dict.fromkeys([*(raw.get("plugins") or []), *added]))
-    return raw
+    return scenario_from(raw, source, base)
 
 
 def _scenario_file(scenario, tmp: Path) -> Path:

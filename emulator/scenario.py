@@ -1222,11 +1222,22 @@ def load_scenario(path: str | Path, overrides: list[str] | None = None, plugins:
     """The scenario in a YAML file, with --set overrides and --plugin modules (added to its `plugins`);
     plugin modules are looked for beside the file, then in the working directory, then on sys.path."""
     raw = apply_overrides(read_yaml(path), overrides or [])
-    if plugins:
-        raw["plugins"] = list(dict.fromkeys([*(raw.get("plugins") or []), *plugins]))
-    scenario = validate_scenario(raw, source=str(path),
-                                 search=[Path(path).resolve().parent, Path.cwd(), *(search or [])])
-    resolve_files(scenario, Path(path).resolve().parent, source=str(path))
+    return scenario_from(with_plugins(raw, plugins), str(path), Path(path).resolve().parent, search)
+
+
+def with_plugins(raw: dict, plugins) -> dict:
+    """The raw scenario with these plugin modules added to its own (as --plugin adds them), in order, once."""
+    if not plugins:
+        return raw
+    added = [plugins] if isinstance(plugins, str) else list(plugins)
+    return {**raw, "plugins": list(dict.fromkeys([*(raw.get("plugins") or []), *added]))}
+
+
+def scenario_from(raw: dict, source: str, base: Path, search: list[Path] | None = None) -> Scenario:
+    """Validate a raw scenario whose relative files and plugin modules live in `base` (else in the working
+    directory, then `search`, then on sys.path), and resolve its files."""
+    scenario = validate_scenario(raw, source=source, search=[base, Path.cwd(), *(search or [])])
+    resolve_files(scenario, base, source=source)
     return scenario
 
 
