@@ -92,12 +92,7 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
         if not (text.startswith("rounds=") or text.startswith("runtime.")):
             raise ScenarioError(f"--resume with --set {text!r}: only rounds and runtime.* can change when resuming; "
                                 "start a new run for other changes")
-    try:  # where the run's plugin modules were found when it started (see _loop)
-        import json
-
-        found = json.loads((run_dir / "summary.json").read_text()).get("plugin_paths") or []
-    except (OSError, ValueError):
-        found = []
+    found = RunDirectory(run_dir).read_summary().get("plugin_paths") or []  # where its plugins were (see _loop)
     scenario = load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
     if any(text.startswith(("runtime.precision=", "runtime=")) for text in overrides or []):
         recorded = load_scenario(run_dir / "scenario.yaml", [], search=[Path(p) for p in found]).runtime.precision
