@@ -7,8 +7,8 @@ previous checkpoint is kept beside the current one, and the run falls back to it
 round 0: a run is deterministic, so redoing rounds costs time, never results).
 
 The fingerprint covers the fields that change results (everything but `name`, `rounds`, `runtime`,
-`output` and where the data is read from; of `runtime`, `precision` does change results and counts when it
-is not fp32), so resuming after an edit of scenario.yaml is refused instead of silently mixing two
+`output` and where the data is read from; of `runtime`, the fields that change numbers count where they
+differ from their defaults: `precision`, and `vectorise` with `group_size`), so resuming after an edit of scenario.yaml is refused instead of silently mixing two
 experiments.
 """
 from __future__ import annotations
@@ -43,9 +43,10 @@ def results_fields(scenario) -> dict:
         fields.pop(key, None)
     for key in NOT_RESULTS_DATA:
         fields.get("data", {}).pop(key, None)
-    precision = getattr(getattr(scenario, "runtime", None), "precision", "fp32")
-    if precision != "fp32":  # bf16 computes other numbers; fp32 stays out, so its fingerprint is as before
-        fields["runtime"] = {"precision": precision}
+    runtime = getattr(scenario, "runtime", None)
+    numerics = runtime.numerics() if runtime is not None else {}
+    if numerics:  # bf16, vectorised groups compute other numbers; the defaults stay out (fingerprints as before)
+        fields["runtime"] = numerics
     population = fields.get("population", {})
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
         if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):

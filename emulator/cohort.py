@@ -55,6 +55,7 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
+from emulator import precision as numerics
 from emulator.training import LocalTraining, TrainStats, seeded_generator
 
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer keeps
@@ -130,7 +131,7 @@ def batch_plan(num_samples: int, spec: LocalTraining, generator: torch.Generator
 def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Sequence[torch.Tensor],
                  specs: Sequence[LocalTraining], seeds: Sequence[int],
                  corrections: Sequence[np.ndarray | torch.Tensor | None] | None = None,
-                 check: bool = True) -> list[tuple[np.ndarray, TrainStats]]:
+                 check: bool = True, precision: str = "fp32") -> list[tuple[np.ndarray, TrainStats]]:
     """Train G devices from `model`'s current parameters, each as `train_locally` would, all at once.
 
     inputs[d], labels[d]: device d's samples (float features or int64 token ids; labels int64), any
@@ -142,7 +143,9 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
 
     Returns per device its trained parameters as a flat float32 vector in the `params.flatten` layout
     (subtract the global vector for the delta) and its TrainStats. `model` itself is left unchanged.
-    With `check`, a model that `supports` refuses raises ValueError.
+    With `check`, a model that `supports` refuses raises ValueError. `precision` (runtime.precision):
+    "bf16" runs each device's forward pass under bf16 autocast, as train_locally does (weights, gradients
+    and optimizer state stay float32).
     """
     reason = supports(model)
     if check and reason is not None:
@@ -196,7 +199,7 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
 
     loss_sum = torch.zeros(count, device=device)
     correct = torch.zeros(count, dtype=torch.int64, device=device)
-    step_grad = vmap(grad(_objective(net, masks, frozen), has_aux=True), randomness="different")
+    step_grad = vmap(grad(_objective(net, masks, frozen, precision, device), has_aux=True), randomness="different")
     for s in range(int(steps.max())):
         active = np.flatnonzero(steps > s)
         full = len(active) == count
@@ -353,14 +356,17 @@ def _draw_masks(layouts, keys, generators, active, lengths, width, device) -> li
     return drawn
 
 
-def _objective(net: nn.Module, masks: _Masks, frozen: dict):
+def _objective(net: nn.Module, masks: _Masks, frozen: dict, precision: str = "fp32", device="cpu"):
     """One device's weighted mean cross-entropy (padded samples weigh 0), its value and correct count."""
     def objective(params, x, y, weight, drawn):
         masks.queue, masks.position = drawn, 0
         try:
-            logits = functional_call(net, (params, frozen), (x,))
+            with numerics.autocast(precision, device):
+                logits = functional_call(net, (params, frozen), (x,))
         finally:
             masks.queue = None
+        if precision != "fp32":
+            logits = logits.float()  # bf16 autocast's logits: the loss in float32, as autocast computes it
         loss = (F.cross_entropy(logits, y, reduction="none") * weight).sum() / weight.sum().clamp(min=1)
         hits = ((logits.argmax(1) == y) & (weight > 0)).sum()
         return loss, (loss.detach(), hits)

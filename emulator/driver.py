@@ -94,12 +94,15 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
                                 "start a new run for other changes")
     found = RunDirectory(run_dir).read_summary().get("plugin_paths") or []  # where its plugins were (see _loop)
     scenario = load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
-    if any(text.startswith(("runtime.precision=", "runtime=")) for text in overrides or []):
-        recorded = load_scenario(run_dir / "scenario.yaml", [], search=[Path(p) for p in found]).runtime.precision
-        if scenario.runtime.precision != recorded:
-            raise ScenarioError(f"--resume with --set runtime.precision={scenario.runtime.precision}: this run computes "
-                                f"in {recorded}, and the precision changes results, so it cannot change when resuming; "
-                                "start a new run for the other precision")
+    if any(text.startswith("runtime") for text in overrides or []):
+        recorded = load_scenario(run_dir / "scenario.yaml", [], search=[Path(p) for p in found]).runtime
+        before, now = recorded.numerics(), scenario.runtime.numerics()
+        for key in sorted(set(before) | set(now)):
+            if before.get(key) != now.get(key):
+                was, asked = getattr(recorded, key), getattr(scenario.runtime, key)
+                raise ScenarioError(f"--resume with --set runtime.{key}={asked}: this run computes with "
+                                    f"runtime.{key}={was}, which changes results, so it cannot change when resuming; "
+                                    "start a new run for the other setting")
     return scenario
 
 
@@ -268,7 +271,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         server = _Server(scenario, context_box, pool, shipped)
         directory = start.directory
         try:
-            server.call("preflight")
+            for note in server.call("preflight"):
+                notify(f"note: {note}")
             _prepare(pool, context.key, context_box)
             if directory is None:
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))

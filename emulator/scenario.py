@@ -913,6 +913,18 @@ class RuntimeConfig(Strict):
     server_num_cpus: float = Field(0.0, ge=0)
     torch_threads: Optional[int] = Field(None, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/precision.py)
+    vectorise: bool = False  # train each group's devices at once (emulator/cohort.py) where the model allows
+    group_size: Optional[int] = Field(None, gt=0)  # devices per runner task; None: from the round's reports
+
+    def numerics(self) -> dict:
+        """The runtime fields that change a run's numbers (in the last bits, or more), where they differ from
+        the defaults: they join the checkpoint fingerprint and cannot change on resume."""
+        fields = {}
+        if self.precision != "fp32":
+            fields["precision"] = self.precision
+        if self.vectorise:  # vectorised groups: their composition reaches the last bits
+            fields.update(vectorise=True, group_size=self.group_size)
+        return fields
 
 
 class EvaluationConfig(Strict):

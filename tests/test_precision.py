@@ -224,7 +224,7 @@ def test_resume_cannot_change_the_precision(ray_session, tmp_path):
     from emulator.driver import resumable_scenario
 
     path = run(tmp_path, "run", **{"rounds": 2}).path
-    with pytest.raises(ScenarioError, match=r"runtime\.precision=bf16: this run computes in fp32"):
+    with pytest.raises(ScenarioError, match=r"runtime\.precision=bf16: this run computes with runtime\.precision=fp32"):
         resumable_scenario(path, ["rounds=3", "runtime.precision=bf16"])
     assert resumable_scenario(path, ["rounds=3", "runtime.precision=fp32"]).rounds == 3
 

@@ -18,6 +18,30 @@ from emulator.runtime.runner import RunnerActor
 Job = TypeVar("Job")
 logger = logging.getLogger(__name__)
 
+GROUP_BYTES = 64 * 2 ** 20  # an automatic group returns at most this many bytes of updates (G x model bytes)
+MAX_GROUP = 64
+
+
+def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, runners: int,
+               model_bytes: int) -> list[list[Job]]:
+    """Consecutive jobs (devices in draw order) cut into the groups one runner task trains.
+
+    A vectorised group's composition reaches the last bits of its devices' results (batched matrix
+    products sum in group-dependent order), so its size follows the round's report count, never the
+    runner count: a quarter of the reports, at most MAX_GROUP and GROUP_BYTES of updates, or
+    `runtime.group_size`. Trained one at a time, a device's result is the same in any group, so the
+    size then also spreads the work over the runners (about four tasks each)."""
+    if not jobs:
+        return []
+    cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
+    if group_size is not None:
+        size = group_size
+    elif vectorise:
+        size = min(cap, math.ceil(len(jobs) / 4))
+    else:
+        size = min(cap, math.ceil(len(jobs) / (4 * max(1, runners))))
+    return [list(jobs[i:i + size]) for i in range(0, len(jobs), size)]
+
 
 class RunnerPool:
     window_per_runner = 4

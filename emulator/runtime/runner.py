@@ -13,6 +13,7 @@ import numpy as np
 import ray
 import torch
 
+from emulator import cohort
 from emulator import params as param_vector
 from emulator import precision as numerics
 from emulator.algorithms.base import ClientUpdate
@@ -61,6 +62,7 @@ class DeviceRunner:
     def __init__(self, torch_threads: int | None = None):
         set_torch_threads(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
+        self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
         gpu = torch.cuda.is_available() and bool(ray.is_initialized() and ray.get_gpu_ids())
         self.device = torch.device("cuda" if gpu else "cpu")
         _warm_up()
@@ -84,12 +86,9 @@ class DeviceRunner:
         self._run(run_key, context_box)
 
     def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
+        """One device's local training from the global vector; its update."""
         context, model = self._run(job.run_key, context_box)
-        federation = context.federation
-        samples = federation.device_samples(job.device)
-        if job.spec.with_server_data:
-            samples = np.concatenate([samples, federation.server_indices])
-        x, y = as_device_tensors(*federation.train.tensors(samples), self.device)
+        x, y = self._samples(context, job)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         torch.manual_seed(job.seed)  # dropout masks
@@ -97,7 +96,59 @@ class DeviceRunner:
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)
         delta -= global_params
-        return ClientUpdate(job.device, len(samples), delta, stats, job.multiplicity)
+        return ClientUpdate(job.device, len(y), delta, stats, job.multiplicity)
+
+    def train_group(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
+                    vectorise: bool = False) -> list[ClientUpdate]:
+        """A group of devices' updates, in job order, from one call (one Ray task per group, not per device).
+
+        With `vectorise`, devices sharing an optimizer kind train at once (emulator/cohort.py), when the
+        model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
+        device's result is its own: the group only decides how the work is batched."""
+        if not vectorise or len(jobs) < 2:
+            return [self.train(context_box, global_params, job) for job in jobs]
+        context, model = self._run(jobs[0].run_key, context_box)
+        if cohort.supports(model) is not None:
+            return [self.train(context_box, global_params, job) for job in jobs]
+        global _FREED_MEMORY_KEPT
+        if not _FREED_MEMORY_KEPT:
+            _FREED_MEMORY_KEPT = cohort.keep_freed_memory() or True
+        updates: list[ClientUpdate | None] = [None] * len(jobs)
+        for kind in dict.fromkeys(job.spec.optimizer for job in jobs):  # one optimizer kind per cohort
+            chosen = [i for i, job in enumerate(jobs) if job.spec.optimizer == kind]
+            for i, update in zip(chosen, self._train_cohort(context, model, global_params, [jobs[i] for i in chosen])):
+                updates[i] = update
+        return updates
+
+    def _train_cohort(self, context: RunContext, model: torch.nn.Module, global_params: np.ndarray,
+                      jobs: list[DeviceJob]) -> list[ClientUpdate]:
+        samples = [self._samples(context, job) for job in jobs]
+        param_vector.load(model, global_params)
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+            trained = cohort.train_cohort(model, [x for x, _ in samples], [y for _, y in samples],
+                                          [job.spec for job in jobs], [job.seed for job in jobs],
+                                          [job.correction for job in jobs], check=False, precision=context.precision)
+        updates = []
+        for job, (x, y), (params, stats) in zip(jobs, samples, trained):
+            params -= global_params
+            updates.append(ClientUpdate(job.device, len(y), params, stats, job.multiplicity))
+        return updates
+
+    def _samples(self, context: RunContext, job: DeviceJob) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device's inputs and labels, on the runner's device (a GPU runner gathers them from the run's
+        training set, held on the GPU once per runner: no copy per task)."""
+        federation = context.federation
+        samples = federation.device_samples(job.device)
+        if job.spec.with_server_data:
+            samples = np.concatenate([samples, federation.server_indices])
+        if self.device.type == "cpu":
+            return federation.train.tensors(samples)
+        if context.key not in self._on_device:
+            self._on_device.clear()  # one run's training set at a time on the GPU
+            self._on_device[context.key] = as_device_tensors(*federation.train.tensors(), self.device)
+        x, y = self._on_device[context.key]
+        index = torch.as_tensor(samples, dtype=torch.int64, device=self.device)
+        return x[index], y[index]
 
     def node_id(self) -> str:
         return ray.get_runtime_context().get_node_id()
@@ -127,5 +178,7 @@ def _warm_up() -> None:
     train_locally(model, torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64),
                   LocalTraining(lr=0.1, batch_size=4, local_steps=1), seeded_generator(0))
 
+
+_FREED_MEMORY_KEPT = False  # cohort.keep_freed_memory() called in this process (once, process-wide)
 
 RunnerActor = ray.remote(DeviceRunner)

@@ -12,7 +12,7 @@ import numpy as np
 import ray
 import torch
 
-from emulator import bias
+from emulator import bias, cohort
 from emulator import params as param_vector
 from emulator import precision as numerics
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
@@ -20,7 +20,7 @@ from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
 from emulator.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
 from emulator.registry import ALGORITHMS
-from emulator.runtime.pool import RunnerPool
+from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
@@ -110,14 +110,18 @@ class FederatedServer:
                           int(c), algorithm.job_payload(int(d))) for d, c in zip(devices, counts)]
         updates: list[ClientUpdate] = []
 
+        runtime = self.scenario.runtime
+        groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes)
+
         def streamed():
-            if not jobs:
+            if not groups:
                 return
             params_ref = ray.put(self.params)
-            for update in self.pool.map_ordered(
-                    jobs, lambda runner, job: runner.train.remote(self.context_box, params_ref, job)):
-                updates.append(update)
-                yield update
+            for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
+                    self.context_box, params_ref, group, runtime.vectorise)):
+                for update in group:
+                    updates.append(update)
+                    yield update
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
         if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
@@ -196,17 +200,22 @@ class FederatedServer:
         self._keep_participation()
         return self.round
 
-    def preflight(self) -> None:
+    def preflight(self) -> list[str]:
         """Refuse a deadline that no device can ever meet, or a precision this machine's CPU (where the server
-        trains and evaluates) lacks, before the first round."""
+        trains and evaluates) lacks, before the first round. Returns notes for the user (e.g. why devices
+        train one at a time although runtime.vectorise asks otherwise)."""
         import platform
 
         from emulator.scenario import ScenarioError
         from emulator.system import SimulatedSystem
 
         numerics.require(self.precision, "cpu", f"the server on {platform.node() or 'its node'}")
+        notes = []
+        why_not = cohort.supports(self.model) if self.scenario.runtime.vectorise else None
+        if why_not:
+            notes.append(f"runtime.vectorise: model {self.scenario.model.name!r} trains one device at a time: {why_not}")
         if not isinstance(self.system, SimulatedSystem):
-            return
+            return notes
         down, up = self.algorithm.payload
         everyone = np.arange(len(self.sizes))
         fastest = self.system.fastest_round_s(down * self.model_bytes, up * self.model_bytes,
@@ -219,6 +228,7 @@ class FederatedServer:
                     f"{field}: {deadline:g} s, but even the fastest device needs {fastest:.1f} s to download the "
                     f"model, train and upload (population.compute / population.network, {self.model_bytes} model "
                     "bytes); raise the deadline, lighten the local work, or speed up the devices")
+        return notes
 
     def take_events(self) -> list[tuple]:
         """The last round's device events (round, time_s, device, event), when system.events is on."""
