@@ -1,6 +1,6 @@
 """How fast is the system model alone, as the population grows?
 
-Populations of 10^4, 10^5 and 10^6 devices with diurnal availability (three time zones, an 8-hour window,
+Populations of 10^4 to 10^7 devices with diurnal availability (three time zones, an 8-hour window,
 jitter) and dropout; each round selects 1000 devices (x 1.3 over-selection) from those online, simulates
 their download / compute / upload on the SimPy clock and closes at the target. No training. Each size runs
 in a fresh process so peak memory (ru_maxrss) is its own; the baseline row is an empty process that
@@ -10,10 +10,14 @@ Each size runs twice: the independent world, and a world of three latent user ty
 whose time zone, compute tier and dropout rate follow the type, loosened by population.correlation 0.8.
 The last column is the tied world's time per round over the independent one's, measured in the same run.
 
-Targets: <= 20 ms a round at 10^5 devices, <= 200 ms at 10^6, < 1 GiB for 10^6 devices; the tied world
-within 1.5x of the independent one's time per round at 10^6.
+Targets: <= 20 ms a round at 10^5 devices, <= 200 ms at 10^6, <= 300 ms at 10^7 (issue 14); a process
+peak of at most 1 GiB for 10^6 devices and 2 GiB for 10^7 (the whole process, baseline included: the
+stricter reading; the table also gives the peak over the baseline); the tied world within 1.5x of the
+independent one's time per round at 10^6. Time per round covers every round after the build, the first
+included (it computes every device's window; later rounds recompute only devices whose answer may have
+changed); the build is its own column.
 
-    .venv/bin/python benchmarks/system.py [--rounds 50] [--sizes 10000 100000 1000000]
+    .venv/bin/python benchmarks/system.py [--rounds 50] [--sizes 10000 100000 1000000 10000000]
 """
 from __future__ import annotations
 
@@ -24,8 +28,8 @@ import subprocess
 import sys
 import time
 
-TARGET_MS = {100_000: 20.0, 1_000_000: 200.0}
-TARGET_MEM_MIB = {1_000_000: 1024.0}
+TARGET_MS = {100_000: 20.0, 1_000_000: 200.0, 10_000_000: 300.0}
+TARGET_MEM_MIB = {1_000_000: 1024.0, 10_000_000: 2048.0}  # the process's peak, baseline included
 TARGET_TIED_RATIO = {1_000_000: 1.5}
 TIERS = {"kind": "tiers", "tiers": [{"name": "fast", "share": 0.3, "s_per_sample": 0.002},
                                     {"name": "mid", "share": 0.5, "s_per_sample": 0.005},
@@ -88,7 +92,7 @@ def _peak_mib() -> float:
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=50)
-    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000])
+    parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--tied", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -108,14 +112,15 @@ def main(argv=None) -> int:
     print(f"system model only: diurnal availability, {COHORT} reports a round (x1.3 over-selection), "
           f"{args.rounds} rounds; baseline process {baseline:.0f} MiB", file=sys.stderr)
     header = ("devices", "build s", "ms / round", "target", "peak MiB", "over baseline MiB", "mem target",
-              "reports / round", "simulated h", "types: build s", "types: ms / round", "types / independent")
+              "reports / round", "simulated h", "types: build s", "types: ms / round", "types: peak MiB",
+              "types / independent")
     print("| " + " | ".join(header) + " |")
     print("|" + "---|" * len(header))
     failed = False
     for r in results[1:]:
         ms_target, mem_target = TARGET_MS.get(r["devices"]), TARGET_MEM_MIB.get(r["devices"])
         ok_ms = ms_target is None or r["ms_per_round"] <= ms_target
-        ok_mem = mem_target is None or r["peak_mib"] < mem_target
+        ok_mem = mem_target is None or r["peak_mib"] <= mem_target
         tied = r["tied"]
         ratio = tied["ms_per_round"] / r["ms_per_round"]
         ratio_target = TARGET_TIED_RATIO.get(r["devices"])
@@ -124,9 +129,9 @@ def main(argv=None) -> int:
         print(f"| {r['devices']:,} | {r['build_s']:.2f} | {r['ms_per_round']:.1f} | "
               f"{'-' if ms_target is None else f'<= {ms_target:.0f}'}{'' if ok_ms else ' MISSED'} | "
               f"{r['peak_mib']:.0f} | {r['peak_mib'] - baseline:.0f} | "
-              f"{'-' if mem_target is None else f'< {mem_target:.0f}'}{'' if ok_mem else ' MISSED'} | "
+              f"{'-' if mem_target is None else f'<= {mem_target:.0f}'}{'' if ok_mem else ' MISSED'} | "
               f"{r['participants']:.0f} | {r['sim_hours']:.1f} | {tied['build_s']:.2f} | "
-              f"{tied['ms_per_round']:.1f} | {ratio:.2f}{'' if ok_ratio else ' MISSED'} |")
+              f"{tied['ms_per_round']:.1f} | {tied['peak_mib']:.0f} | {ratio:.2f}{'' if ok_ratio else ' MISSED'} |")
     return 1 if failed else 0
 
 

@@ -209,7 +209,9 @@ class Diurnal(AvailabilityModel):
         self.containing_shifts = tuple(range(low, high + 1))
         self.opening_shifts = tuple(range(low, high + 3))  # the next opening is among these
         self.may_overlap = latest - earliest >= 24  # a window may open before the previous one closes
-        self._cache: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        self._online: np.ndarray | None = None  # online_all's last answer, per member ...
+        self._holds_until: np.ndarray | None = None  # ... and until when it holds
+        self._asked_at = -INF
 
     def _window_starts(self, local: np.ndarray, t: float, shift: int) -> np.ndarray:
         """When each device's window opens on (its local day at time t) + shift."""
@@ -237,26 +239,39 @@ class Diurnal(AvailabilityModel):
                 end = np.where(online & (start <= end), np.maximum(end, start + self.length_s), end)
         return online, end
 
+    CHUNK = 1 << 18  # devices recomputed at once: bounds the temporaries of a full pass (~25 MB)
+
     def online_all(self, t):
-        """The whole group at once, reusing each device's window from the last call unless its local day
-        changed since (rounds are minutes, days are long: most windows are reused)."""
-        everyone = np.arange(len(self.members))
-        day_now = np.floor((t + self.zone_s) / self.day_s).astype(np.int64)
-        online = np.zeros(len(everyone), dtype=bool)
+        """The whole group at once. A device's answer holds until one of its windows opens or closes, or
+        its local day ends (other windows come into view): rounds are minutes, days are long, so each call
+        recomputes only the few devices whose answer may have changed since the last (all of them when
+        asked about an earlier time, e.g. after a checkpoint was loaded)."""
+        if self._online is None or t < self._asked_at:
+            self._online = np.zeros(len(self.members), dtype=bool)
+            self._holds_until = np.full(len(self.members), -INF)
+        self._asked_at = t
+        stale = np.flatnonzero(self._holds_until <= t)
+        for begin in range(0, len(stale), self.CHUNK):
+            local = stale[begin:begin + self.CHUNK]
+            self._online[local], self._holds_until[local] = self._online_until(local, t)
+        return self._online.copy()
+
+    def _online_until(self, local, t):
+        """(online at t, the time until which that answer holds) for the windows of the local day at t.
+
+        The answer is (start <= t < start + length) over the containing shifts: it can only change when t
+        reaches a start or an end, or when the local day (and so the windows looked at) changes. The day's
+        end is taken a second early so that rounding in t + zone_s never lets a stale day through."""
+        zone = self.zone_s[local]
+        day_now = np.floor((t + zone) / self.day_s).astype(np.int64)
+        online = np.zeros(len(local), dtype=bool)
+        holds_until = (day_now + 1) * self.day_s - zone - 1.0
         for shift in self.containing_shifts:
-            day = day_now + shift
-            cached = self._cache.get(shift)
-            if cached is None:
-                starts = self._starts_of(everyone, day)
-            else:
-                old_day, starts = cached
-                changed = np.flatnonzero(old_day != day)
-                if len(changed):
-                    starts = starts.copy()
-                    starts[changed] = self._starts_of(changed, day[changed])
-            self._cache[shift] = (day, starts)
-            online |= (starts <= t) & (t < starts + self.length_s)
-        return online
+            starts = self._starts_of(local, day_now + shift)
+            ends = starts + self.length_s
+            online |= (starts <= t) & (t < ends)
+            holds_until = np.minimum(holds_until, np.where(starts > t, starts, np.where(ends > t, ends, INF)))
+        return online, holds_until
 
     def online(self, local, t):
         return self._containing(local, t)[0]
@@ -380,12 +395,19 @@ class AvailabilityMix:
             "availability", np.arange(num_devices), lambda v: entry_index(entries, v, "availability", "entry"))
         if tied is not None:  # the entry each device belongs to follows its data: the shares follow the groups
             self.group = np.where(tied != KEEP, tied, self.group).astype(self.group.dtype)
-        self.local = np.zeros(num_devices, dtype=np.int64)
+        # each device's index within its group (one entry: the device id itself, so nothing is stored)
+        self._local = np.zeros(num_devices, dtype=np.int64) if len(entries) > 1 else None
         self.models: list[AvailabilityModel] = []
         for g, entry in enumerate(entries):
             members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
-            self.local[members] = np.arange(len(members))
+            if self._local is not None:
+                self._local[members] = np.arange(len(members))
             self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g, world))
+
+    @property
+    def local(self) -> np.ndarray:
+        """Each device's index within its group's model."""
+        return np.arange(self.num_devices) if self._local is None else self._local
 
     def state(self) -> list[dict]:
         return [model.state() for model in self.models]
@@ -425,19 +447,22 @@ class AvailabilityMix:
 
     def online_devices(self, t: float) -> np.ndarray:
         """Global ids of every device online at t (group by group, in id order within a group)."""
+        if self._local is None:  # one entry: its members are the ids 0..n-1 (faster than gathering them)
+            model = self.models[0]
+            return np.zeros(0, np.int64) if isinstance(model, Never) else np.flatnonzero(model.online_all(t))
         parts = [m.members[m.online_all(t)] for m in self.models if not isinstance(m, Never)]
         return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
     def _dispatch(self, method: str, devices: np.ndarray, t: float, dtype) -> np.ndarray:
         devices = np.asarray(devices, dtype=np.int64)
         if len(self.models) == 1:
-            return getattr(self.models[0], method)(self.local[devices], t)
+            return getattr(self.models[0], method)(devices, t)
         out = np.empty(len(devices), dtype=dtype)
         groups = self.group[devices]
         for g, model in enumerate(self.models):
             mask = groups == g
             if mask.any():
-                out[mask] = getattr(model, method)(self.local[devices[mask]], t)
+                out[mask] = getattr(model, method)(self._local[devices[mask]], t)
         return out
 
     def online(self, devices, t):

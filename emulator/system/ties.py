@@ -99,7 +99,7 @@ class World:
         self.correlation = population.correlation
         self.label_counts = label_counts
         self.ties = {tie.sets: (i, tie) for i, tie in enumerate(population.ties)}
-        self.columns: dict[str, np.ndarray] = {}  # per-device columns for participation.csv
+        self._columns: dict[str, np.ndarray] = {}  # per-device columns for participation.csv (see columns)
         self.types = population.types
         n = population.devices
         if self.ties and label_counts is None:
@@ -107,15 +107,25 @@ class World:
         if label_counts is not None and len(label_counts) != n:
             raise ScenarioError(f"population.devices: {n}, but the data has {len(label_counts)} devices")
         if self.types:
-            self.data_type = device_types([t.share for t in self.types], n, seed)
+            # type indices in the smallest integer that holds them (1 byte a device for < 256 types)
+            small = np.uint8 if len(self.types) < 256 else np.int32
+            self.data_type = device_types([t.share for t in self.types], n, seed).astype(small)
             self.behaviour_type = loosened(self.data_type, self.correlation, rng(seed, "ties", "types"))
-            names = np.array([t.name for t in self.types])
-            self.columns["type"] = names[self.data_type]
-            self.columns["behaves_as"] = names[self.behaviour_type]
         self._groups: dict[str, np.ndarray] = {}
         for behaviour, (i, tie) in self.ties.items():
             if tie.values is not None:
                 self._groups[behaviour] = self._group_of(i, tie, classes)
+
+    @property
+    def columns(self) -> dict[str, np.ndarray]:
+        """Per-device columns for participation.csv. The type names are spelt out only when asked for: a
+        column of names costs ~50 bytes a device (0.5 GB at 10^7 devices), the type indices one byte."""
+        columns = {}
+        if self.types:
+            names = np.array([t.name for t in self.types])
+            columns["type"] = names[self.data_type]
+            columns["behaves_as"] = names[self.behaviour_type]
+        return {**columns, **self._columns}
 
     # ------------------------------------------------------------------------------- statistics
     def _statistic(self, tie) -> np.ndarray:
@@ -147,7 +157,7 @@ class World:
             empty = np.flatnonzero(sizes == 0).tolist()
             raise ScenarioError(f"{where}: group(s) {empty} hold no device, so their values apply to nobody; "
                                 f"change {'groups' if tie.groups else 'by'} or the partition (data.partition)")
-        self.columns[f"group_{tie.sets}"] = group
+        self._columns[f"group_{tie.sets}"] = group
         return group
 
     # ------------------------------------------------------------------------------- questions
@@ -170,7 +180,7 @@ class World:
                                 "or classes")
         stream = rng(self.seed, "ties", behaviour)
         source = rank_source(statistic, np.asarray(keys), tie.direction, stream)
-        self.columns[f"rank_{behaviour}"] = _full(self.population.devices, members, statistic, np.nan)
+        self._columns[f"rank_{behaviour}"] = _full(self.population.devices, members, statistic, np.nan)
         return loosened(source, self.correlation, stream)
 
     def values(self, behaviour: str, members: np.ndarray, resolve=None):
