@@ -1,5 +1,3 @@
-import sys
+from emulator.cli import entry
 
-from emulator.cli import main
-
-sys.exit(main())
+entry()

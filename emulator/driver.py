@@ -267,7 +267,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
         begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
         shipped = plugin_environment(scenario.plugins)
-        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped)
+        # the runners' processes start while the server actor's does (both import torch: seconds each)
+        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
         server = _Server(scenario, context_box, pool, shipped)
         directory = start.directory
         try:

@@ -53,13 +53,14 @@ class RunnerPool:
 
     @classmethod
     def start(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
-              runtime_env: dict | None = None) -> "RunnerPool":
+              runtime_env: dict | None = None, wait: bool = True) -> "RunnerPool":
         """Start `count` runner actors with fractional resource shares, spread over the cluster's nodes.
 
         Runners restart when they die and their unfinished calls are retried elsewhere, so a lost worker
         costs time, not results. Each trains with `torch_threads` torch threads, 1 when None, whatever its
         CPU share: the thread count changes float rounding (see training.set_torch_threads), the share
-        must not."""
+        must not. With `wait` False it returns while the runners' processes still start (each needs seconds
+        to import torch), so the caller can start the server beside them; their first call waits for them."""
         if torch_threads is None and num_cpus >= 2 and not num_gpus:
             logger.warning(f"runtime.num_cpus is {num_cpus:g}, but each runner trains with 1 torch thread, so "
                            "that results do not depend on the CPU share; set runtime.torch_threads (e.g. "
@@ -70,7 +71,8 @@ class RunnerPool:
         if runtime_env:  # plugin modules from the user's directory, shipped to the workers
             options["runtime_env"] = runtime_env
         runners = [RunnerActor.options(**options).remote(torch_threads) for _ in range(count)]
-        ray.get([r.ping.remote() for r in runners])
+        if wait:
+            ray.get([r.ping.remote() for r in runners])
         return cls(runners)
 
     def map_ordered(self, jobs: Sequence[Job], call: Callable[[object, Job], "ray.ObjectRef"]) -> Iterator:
@@ -97,7 +99,7 @@ class RunnerPool:
 
     @classmethod
     def shared(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
-               runtime_env: dict | None = None) -> "RunnerPool":
+               runtime_env: dict | None = None, wait: bool = True) -> "RunnerPool":
         """Runners kept alive across runs in this Ray session (tests, notebooks, sweeps): a run takes the
         first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
@@ -107,7 +109,8 @@ class RunnerPool:
             _stop_idle_shared(keep=key)
             runners = _SHARED.setdefault(key, [])
             if len(runners) < count:
-                runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads, runtime_env).runners)
+                runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads, runtime_env,
+                                         wait).runners)
             pool = cls(runners[:count])
             _IN_USE[key] = _IN_USE.get(key, 0) + 1
         pool.shared_key = key
