@@ -34,19 +34,22 @@ def test_vectorised_groups_follow_the_reports_never_the_runners():
     jobs = list(range(1000))
     for runners in (1, 2, 8, 64):
         groups = group_jobs(jobs, None, True, runners, model_bytes=800_000)
-        assert [len(g) for g in groups] == [MAX_GROUP] * 15 + [1000 - 15 * MAX_GROUP]
+        assert len(groups) == 16 and {len(g) for g in groups} == {62, 63}  # 1000 / MAX_GROUP, near-equal
         assert [j for g in groups for j in g] == jobs  # consecutive, in device order
-    assert [len(g) for g in group_jobs(jobs[:20], None, True, 2, 800_000)] == [5, 5, 5, 5]  # a quarter
+    assert [len(g) for g in group_jobs(jobs[:10], None, True, 2, 800_000)] == [2, 3, 2, 3]  # four groups
     big = 40 * 2 ** 20  # a model whose updates would hold GROUP_BYTES in two devices
     assert {len(g) for g in group_jobs(jobs, None, True, 2, big)} == {max(1, GROUP_BYTES // big)}
     assert [len(g) for g in group_jobs(jobs[:10], 4, True, 2, big)] == [4, 4, 2]  # runtime.group_size wins
     assert group_jobs([], None, True, 2, 1) == []
+    assert MAX_GROUP == 64
 
 
 def test_sequential_groups_spread_over_the_runners():
-    jobs = list(range(100))
-    assert len(group_jobs(jobs, None, False, 2, 800_000)) == math.ceil(100 / math.ceil(100 / 8))
-    assert [len(g) for g in group_jobs(jobs[:3], None, False, 8, 800_000)] == [1, 1, 1]
+    jobs = list(range(1000))
+    assert [len(g) for g in group_jobs(jobs[:10], None, False, 2, 800_000)] == [1] * 10  # a small cohort
+    groups = group_jobs(jobs, None, False, 2, 800_000)
+    assert len(groups) == 16 and [j for g in groups for j in g] == jobs
+    assert len(group_jobs(jobs, None, False, 8, 800_000)) == 64  # eight tasks per runner
 
 
 def test_vectorise_enters_the_fingerprint_and_the_defaults_leave_it_as_before():

@@ -27,20 +27,21 @@ def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, run
     """Consecutive jobs (devices in draw order) cut into the groups one runner task trains.
 
     A vectorised group's composition reaches the last bits of its devices' results (batched matrix
-    products sum in group-dependent order), so its size follows the round's report count, never the
-    runner count: a quarter of the reports, at most MAX_GROUP and GROUP_BYTES of updates, or
-    `runtime.group_size`. Trained one at a time, a device's result is the same in any group, so the
-    size then also spreads the work over the runners (about four tasks each)."""
+    products sum in group-dependent order), so its cut follows the round's report count alone, never the
+    runner count: four groups of near-equal size, more where a group would exceed MAX_GROUP devices or
+    GROUP_BYTES of updates. Trained one at a time, a device's result is the same in any group, so the
+    cut then also looks at the runners: one device a task while there are fewer than eight per runner
+    (small cohorts balance best so), else eight groups per runner of near-equal size, within the same
+    caps. `runtime.group_size` fixes the size instead."""
     if not jobs:
         return []
-    cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
     if group_size is not None:
-        size = group_size
-    elif vectorise:
-        size = min(cap, math.ceil(len(jobs) / 4))
-    else:
-        size = min(cap, math.ceil(len(jobs) / (4 * max(1, runners))))
-    return [list(jobs[i:i + size]) for i in range(0, len(jobs), size)]
+        return [list(jobs[i:i + group_size]) for i in range(0, len(jobs), group_size)]
+    cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
+    wanted = 4 if vectorise else 8 * max(1, runners)
+    count = min(len(jobs), max(wanted, math.ceil(len(jobs) / cap)))
+    edges = [len(jobs) * g // count for g in range(count + 1)]
+    return [list(jobs[a:b]) for a, b in zip(edges, edges[1:])]
 
 
 class RunnerPool:
