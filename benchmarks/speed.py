@@ -43,7 +43,7 @@ WORKLOADS = {  # name: (model, devices, reports a round, local steps, batch)
     "a": ("mlp", 1000, 1000, 10, 32),
     "b": ("cnn_fmnist", 100, 10, 10, 128),
 }
-TARGETS = {  # (workload, variant): (baseline column, at most this ratio)
+TARGETS = {  # (workload, variant): the target, printed beside the measured ratios
     ("a", "emulator vectorised"): "<= 0.35x today and <= 0.5x the plain loop",
     ("b", "emulator bf16"): ">= 2.5x faster than the emulator in fp32",
 }
