@@ -8,7 +8,7 @@ needs to check a scenario before anything runs.
 from __future__ import annotations
 
 from emulator import scenario as s
-from emulator.algorithms import fast, fedavg, fsl, safari, scaffold
+from emulator.algorithms import asynchronous, fast, fedavg, fsl, safari, scaffold
 from emulator.algorithms import selection
 from emulator.data.partition import partition_classes, partition_dirichlet, partition_iid, partition_shards
 from emulator.data.synthetic import generate_synthetic
@@ -31,6 +31,8 @@ register_algorithm("safari", safari.Safari, config=s.SafariConfig, needs_server_
 register_algorithm("fsl", fsl.Fsl, config=s.FslConfig, needs_server_data=True)
 register_algorithm("ds", fsl.DataSharing, config=s.DataSharingConfig, needs_server_data=True)
 register_algorithm("fast", fast.Fast, config=s.FastConfig)
+register_algorithm("fedasync", asynchronous.FedAsync, config=s.FedAsyncConfig)
+register_algorithm("fedbuff", asynchronous.FedBuff, config=s.FedBuffConfig)
 
 
 # --------------------------------------------------------------------------------------------- models

@@ -517,6 +517,47 @@ class DataSharingConfig(FedAvgConfig):
     name: Literal["ds"] = "ds"
 
 
+class StalenessSettings(Strict):
+    """s(d), how much an update d server versions old counts (emulator/staleness.py)."""
+
+    kind: Literal["constant", "polynomial", "hinge"] = "polynomial"
+    a: float = Field(0.5, gt=0)  # polynomial: (1 + d)^-a; hinge: 1 / (a (d - b) + 1) past b
+    b: float = Field(4.0, ge=0)  # hinge: updates up to b versions old count fully
+
+
+class AsynchronousTraining(ClientTraining):
+    """Asynchronous aggregation: `concurrency` devices train at once; each metrics row is a server update
+    (`rounds` counts server updates). clients_per_round does not apply."""
+
+    concurrency: int = Field(100, gt=0)  # devices holding a task at once
+    max_staleness: Optional[int] = Field(None, ge=0)  # staler reports are discarded (wasted work)
+    staleness: StalenessSettings = StalenessSettings()
+
+
+class FedAsyncConfig(AsynchronousTraining):
+    """FedAsync (Xie et al. 2019): each report mixed in at once with weight alpha s(d)."""
+
+    name: Literal["fedasync"] = "fedasync"
+    alpha: float = Field(0.6, gt=0, le=1)  # the mixing weight
+
+
+class FedBuffConfig(AsynchronousTraining):
+    """FedBuff (Nguyen et al. 2022): a server step per `buffer` reports, staleness-weighted."""
+
+    name: Literal["fedbuff"] = "fedbuff"
+    buffer: int = Field(10, gt=0)  # K, reports per server update
+    server_lr: float = Field(1.0, gt=0)
+    normalisation: Literal["count", "weights", "none"] = "count"  # the buffer's sum / K, / sum of s(d), or as is
+
+    @model_validator(mode="after")
+    def _buffer_fits(self):
+        if self.buffer > self.concurrency:
+            raise ScenarioFieldError("algorithm.buffer", f"{self.buffer} reports per server update, but only "
+                                     f"{self.concurrency} devices train at once (algorithm.concurrency); lower "
+                                     "the buffer or raise the concurrency")
+        return self
+
+
 class FastConfig(ClientTraining):
     """FAST: snapshot rounds (a uniform cohort from the whole population, waited for) with probability q,
     or every `every` rounds, or adaptively (q_{r+1} = clip(q_r + lam (acc_{r-1} - acc_r), 0, 1)), on top of
@@ -967,6 +1008,15 @@ class Scenario(Strict):
                 "algorithm.clients_per_round",
                 f"{algo.clients_per_round} devices a round without replacement, but population.devices is "
                 f"{devices}; lower clients_per_round, raise population.devices or use sampling: with_replacement")
+        if isinstance(algo, AsynchronousTraining) and self.system.model != "simulated":
+            raise ScenarioFieldError("system.model", f"{algo.name} is asynchronous: devices come and go on the "
+                                     "simulated clock, which system.model: ideal does not have; use system.model: "
+                                     "simulated (population.availability: [{kind: always}] for everyone online)")
+        concurrency = getattr(algo, "concurrency", None)
+        if concurrency is not None and concurrency > devices - algo.selection.exclude:
+            raise ScenarioFieldError("algorithm.concurrency", f"{concurrency} devices training at once, but the "
+                                     f"population has {devices - algo.selection.exclude} that may take part; lower "
+                                     "algorithm.concurrency or raise population.devices")
         if algo.selection.exclude >= devices:
             raise ScenarioFieldError("algorithm.selection.exclude", f"{algo.selection.exclude} excluded devices "
                                      f"leave none of the {devices} to select; lower it")

@@ -16,6 +16,7 @@ from emulator import bias, cohort
 from emulator import params as param_vector
 from emulator import precision as numerics
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
+from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models import build_model
 from emulator.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
@@ -25,12 +26,15 @@ from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
+from emulator.system.base import RoundOutcome
 from emulator.training import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
                 "server_compute_s", "train_loss", "train_acc", "test_loss", "test_acc", "label_tv", "label_tv_floor",
                 "unseen_share", "worst_class", "worst_class_acc", "wall_time_s")
+ASYNC_COLUMNS = ("version", "staleness_mean", "staleness_max", "concurrency_mean", "concurrency_max",
+                 "wasted_compute_s")  # asynchronous algorithms: a row is a server update
 CLASS_ACCURACY = "_class_acc"  # a row's per-class test accuracies (evaluation rounds): class_accuracy.csv, not metrics
 
 
@@ -69,12 +73,23 @@ class FederatedServer:
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
+        self.stream, self._stream_state = None, None  # asynchronous algorithms: emulator/system/stream.py
+        self.version = 0  # server updates applied (asynchronous algorithms)
+        self._versions: dict[int, np.ndarray] = {}  # model versions devices in flight downloaded
+        self._version_refs: dict[int, object] = {}
+        self._pending: dict[int, tuple] = {}  # task id -> (object ref of its group's updates, index)
+        self._next_runner = 0
         self._events: list[tuple] = []
         self._ledgers: dict[int, dict] = {}
         self._keep_participation()
 
     def get_columns(self) -> tuple[str, ...]:
-        return BASE_COLUMNS + tuple(self.algorithm.columns)
+        extra = ASYNC_COLUMNS if self.asynchronous else ()
+        return BASE_COLUMNS + extra + tuple(self.algorithm.columns)
+
+    @property
+    def asynchronous(self) -> bool:
+        return bool(getattr(self.algorithm, "asynchronous", False))
 
     def run_round(self) -> dict:
         row = self._play_round()
@@ -93,6 +108,8 @@ class FederatedServer:
         seed, r = self.scenario.seed, self.round
         self.server_samples_this_round = 0
         plan = self.algorithm.plan_round(r)
+        if plan.kind == "async":
+            return self._play_async_update(r, plan)
         if plan.kind == "server":
             self.params, server_stats = self.algorithm.server_round(self.params, r)
             outcome = self.system.server_round(self.server_samples_this_round)
@@ -129,6 +146,86 @@ class FederatedServer:
             outcome.end_s = self.system.now_s
         self._events = [(r, t, d, e) for t, d, e in outcome.events]
         return self._row(r, plan, outcome, devices, counts, [u.stats for u in updates])
+
+    def _play_async_update(self, r: int, plan) -> dict:
+        """One server update of an asynchronous algorithm (a metrics row).
+
+        The stream runs the clock until `plan.cohort` reports are in. Devices dispatched meanwhile start
+        training at once on the runners, from the model version they downloaded; the reports are applied in
+        simulated-time order, each with its staleness, so the numbers never depend on which runner finishes
+        first or how many there are."""
+        stream = self._stream(plan)
+        segment = stream.advance(plan.cohort, self.version)
+        self._versions[self.version] = self.params  # what this segment's dispatches downloaded
+        self._submit([task for task in segment.dispatched if task.outcome == "report"])
+        arrivals = [Arrival(self._result(task), self.version - task.version, self._versions[task.version])
+                    for task in segment.reports]
+        if arrivals:
+            self.params = self.algorithm.apply(self.params, arrivals, r)
+            self.version += 1
+        needed = {task.version for task in stream.in_flight() if task.outcome == "report"} | {self.version}
+        self._versions = {v: p for v, p in self._versions.items() if v in needed}
+        self._version_refs = {v: ref for v, ref in self._version_refs.items() if v in needed}
+        outcome = RoundOutcome(
+            start_s=segment.start_s, end_s=segment.end_s,
+            selected=np.asarray([t.device for t in segment.dispatched], np.int64),
+            reported=np.asarray([t.device for t in segment.reports], np.int64),
+            dropped=np.asarray([t.device for t in segment.finished if t.outcome == "dropped"], np.int64),
+            stragglers=np.asarray([t.device for t in segment.finished if t.outcome == "abandoned"], np.int64),
+            bytes_down=segment.bytes_down, bytes_up=segment.bytes_up, failed=segment.failed)
+        devices, counts = distinct_in_draw_order(outcome.reported)
+        staleness = [a.staleness for a in arrivals]
+        row = self._row(r, plan, outcome, devices, counts, [a.update.stats for a in arrivals])
+        row.update(version=self.version, staleness_mean=float(np.mean(staleness)) if staleness else None,
+                   staleness_max=max(staleness) if staleness else None, concurrency_mean=segment.concurrency_mean,
+                   concurrency_max=segment.concurrency_max, wasted_compute_s=segment.wasted_compute_s)
+        return row
+
+    def _stream(self, plan):
+        """The asynchronous protocol's stream, built at the first update (it needs the payload sizes)."""
+        if self.stream is None:
+            from emulator.system.stream import AsyncStream
+
+            down, up = self.algorithm.payload
+            self.stream = AsyncStream(
+                self.system, self.algorithm.concurrency, plan.selection, self.scenario.seed,
+                down * self.model_bytes, up * self.model_bytes,
+                lambda devices: self.algorithm.samples_processed(devices, self.sizes),
+                deadline_s=self.system.config.deadline_s)
+            if self._stream_state is not None:
+                self.stream.load_state(self._stream_state)
+        return self.stream
+
+    def _submit(self, tasks: list) -> None:
+        """Start training the tasks that will report, from their version, on the runners (groups cut from
+        the dispatch order; a task's runner follows its group's place, never a finishing order)."""
+        if not tasks:
+            return
+        runtime, seed = self.scenario.runtime, self.scenario.seed
+        jobs = [DeviceJob(self.run_key, task.device, self.algorithm.local_training(task.device),
+                          torch_seed(seed, "train-async", task.task_id), 1, self.algorithm.job_payload(task.device))
+                for task in tasks]
+        by_version: dict[int, list] = {}
+        for task, job in zip(tasks, jobs):
+            by_version.setdefault(task.version, []).append((task, job))
+        for version, pairs in by_version.items():
+            if version not in self._version_refs:
+                self._version_refs[version] = ray.put(self._versions[version])
+            groups = group_jobs(pairs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes)
+            for group in groups:
+                runner = self.pool.runners[self._next_runner % len(self.pool.runners)]
+                self._next_runner += 1
+                ref = runner.train_group.remote(self.context_box, self._version_refs[version],
+                                                [job for _, job in group], runtime.vectorise)
+                for index, (task, _) in enumerate(group):
+                    self._pending[task.task_id] = (ref, index)
+
+    def _result(self, task) -> ClientUpdate:
+        """A reporting task's update (trained now if it was in flight at a checkpoint this run resumed from)."""
+        if task.task_id not in self._pending:
+            self._submit([task])
+        ref, index = self._pending.pop(task.task_id)
+        return ray.get(ref)[index]
 
     def _row(self, r: int, plan, outcome, devices, counts, stats) -> dict:
         trained = [s for s in stats if s.steps > 0]
@@ -186,15 +283,26 @@ class FederatedServer:
         return param_vector.flatten(self.model), stats
 
     def get_state(self) -> dict:
-        """Everything that carries over between rounds, for a checkpoint after round `round`."""
-        return {"round": self.round, "params": self.params.copy(), "algorithm": self.algorithm.state(),
-                "system": self.system.state()}
+        """Everything that carries over between rounds, for a checkpoint after round `round`. An asynchronous
+        run adds its stream (the devices in flight) and the model versions they downloaded: those still to
+        report are trained again after a resume, from the same version with the same seed."""
+        state = {"round": self.round, "params": self.params.copy(), "algorithm": self.algorithm.state(),
+                 "system": self.system.state()}
+        if self.asynchronous:
+            state["async"] = {"version": self.version, "versions": {v: p.copy() for v, p in self._versions.items()},
+                              "stream": self.stream.state() if self.stream is not None else self._stream_state}
+        return state
 
     def load_state(self, state: dict) -> int:
         self.round = state["round"]
         self.params = np.asarray(state["params"], dtype=np.float32).copy()
         self.algorithm.load_state(state["algorithm"])
         self.system.load_state(state["system"])
+        if "async" in state:
+            self.version = state["async"]["version"]
+            self._versions = {int(v): np.asarray(p, np.float32).copy() for v, p in state["async"]["versions"].items()}
+            self._version_refs, self._pending, self.stream = {}, {}, None
+            self._stream_state = state["async"]["stream"]
         self.unseen.reset(self.system.ledger.counts["reported"])
         self._ledgers = {}
         self._keep_participation()

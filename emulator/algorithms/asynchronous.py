@@ -1,0 +1,108 @@
+"""Asynchronous aggregation on the simulated clock: FedAsync and FedBuff (../shared/papers/async.md).
+
+There are no rounds: the server keeps `concurrency` devices training at once (emulator/system/stream.py),
+and each metrics row is one server update. An asynchronous algorithm says how many reports make an update
+(`reports_per_update`: FedBuff's buffer K, 1 for FedAsync) and how the reports, each with its staleness and
+the model its device downloaded, move the global model (`apply`). Everything else (what a device runs,
+the server optimizer, rate schedules by server update) is FedAvg's.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from emulator.algorithms.base import ClientUpdate, RoundPlan
+from emulator.algorithms.fedavg import FedAvg
+from emulator.staleness import StalenessBuffer, fedasync_mix, staleness_weight
+
+
+@dataclass
+class Arrival:
+    """A report as the server applies it: the update, its staleness, and the model its device started from."""
+
+    update: ClientUpdate
+    staleness: int
+    downloaded: np.ndarray
+
+
+class AsynchronousAlgorithm(FedAvg):
+    asynchronous = True
+
+    @property
+    def concurrency(self) -> int:
+        return self.config.concurrency
+
+    @property
+    def reports_per_update(self) -> int:
+        return 1
+
+    def plan_round(self, round_index: int) -> RoundPlan:
+        self.set_round(round_index)
+        return RoundPlan("async", self.reports_per_update, self.selection)
+
+    def weight_of(self, staleness: int) -> float:
+        """s(d); 0 for an update staler than max_staleness (discarded: wasted work)."""
+        limit = self.config.max_staleness
+        if limit is not None and staleness > limit:
+            return 0.0
+        settings = self.config.staleness
+        return staleness_weight(settings.kind, staleness, settings.a, settings.b)
+
+    def apply(self, params: np.ndarray, arrivals: list[Arrival], update_index: int) -> np.ndarray:
+        raise NotImplementedError
+
+    def aggregate(self, params, updates, round_index):
+        raise TypeError(f"{self.name} is asynchronous: its reports arrive through apply(), not aggregate()")
+
+
+class FedAsync(AsynchronousAlgorithm):
+    """FedAsync (Xie et al. 2019): every report is mixed in at once, w <- (1 - alpha s(d)) w + alpha s(d) x_new,
+    x_new being the device's trained model (the model it downloaded plus its delta)."""
+
+    name = "fedasync"
+    rates = ("client_lr",)
+
+    def apply(self, params, arrivals, update_index):
+        self.set_round(update_index)
+        for arrival in arrivals:
+            weight = self.weight_of(arrival.staleness)
+            if weight == 0.0 or arrival.update.stats.steps == 0:
+                continue
+            trained = (arrival.downloaded.astype(np.float64) + arrival.update.delta).astype(np.float32)
+            params = fedasync_mix(params, trained, self.config.alpha, weight)
+        return params
+
+
+class FedBuff(AsynchronousAlgorithm):
+    """FedBuff (Nguyen et al. 2022): K staleness-weighted deltas are buffered, then one server step with
+    their normalised sum (`normalisation`: count = the paper's / K, weights, none) through the server
+    optimizer at server_lr."""
+
+    name = "fedbuff"
+
+    def __init__(self, config, context):
+        super().__init__(config, context)
+        self.buffer = StalenessBuffer(context.num_params)
+
+    @property
+    def reports_per_update(self) -> int:
+        return self.config.buffer
+
+    def apply(self, params, arrivals, update_index):
+        self.set_round(update_index)
+        for arrival in arrivals:
+            weight = self.weight_of(arrival.staleness)
+            if weight > 0.0 and arrival.update.stats.steps > 0:  # too stale, or no data: not buffered
+                self.buffer.add(arrival.update.delta, weight)
+        if self.buffer.count == 0:
+            return params
+        return self.server_step(params, self.buffer.flush(self.config.normalisation))
+
+    def state(self):
+        return {**super().state(), "buffer": self.buffer.state()}
+
+    def load_state(self, state):
+        super().load_state(state)
+        if "buffer" in state:
+            self.buffer.load_state(state["buffer"])
