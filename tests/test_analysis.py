@@ -322,3 +322,5 @@ def test_bf16_runs_are_another_experiment_while_runtime_settings_are_not():
 
     assert experiment_key(run({})) == experiment_key(run({"precision": "fp32", "runners": 4}))
     assert experiment_key(run({"precision": "bf16"})) != experiment_key(run({"precision": "fp32"}))
+    assert experiment_key(run({"vectorise": True})) != experiment_key(run({}))  # vectorised: other last bits
+    assert experiment_key(run({"group_size": 8})) == experiment_key(run({}))  # grouping alone changes nothing

@@ -146,11 +146,21 @@ def experiment_key(run: Run) -> str:
     """Runs with equal keys are the same experiment, with the same or different seeds."""
     flat = {k: v for k, v in _flatten(run.scenario).items()
             if not any(k == skip or k.startswith(skip + ".") for skip in NOT_PART_OF_THE_EXPERIMENT)}
-    precision = (run.scenario.get("runtime") or {}).get("precision", "fp32")
-    if precision != "fp32":  # bf16 changes results; fp32 (and runs from before the field) keep their keys
-        flat["runtime.precision"] = precision
+    for key, value in _numerics(run.scenario.get("runtime") or {}).items():  # bf16, vectorise change results;
+        flat[f"runtime.{key}"] = value  # the defaults (and runs from before those fields) keep their keys
     flat["name"] = _base_name(run.name)
     return json.dumps(flat, sort_keys=True, default=str)
+
+
+def _numerics(runtime: dict) -> dict:
+    """The runtime settings that change a run's numbers (scenario.RuntimeConfig.numerics)."""
+    from emulator.scenario import RuntimeConfig
+
+    try:
+        return RuntimeConfig.model_validate(runtime).numerics()
+    except ValueError:  # a runtime section this version no longer reads: only its precision is known to matter
+        precision = runtime.get("precision", "fp32")
+        return {} if precision == "fp32" else {"precision": precision}
 
 
 def group_runs(runs: list[Run]) -> dict[str, list[Run]]:
