@@ -70,3 +70,16 @@ def test_async_needs_the_simulated_clock():
     with pytest.raises(ScenarioError, match=r"system\.model: fedbuff is asynchronous"):
         validate_scenario(small_scenario(algorithm={"name": "fedbuff", "concurrency": 8, "buffer": 2},
                                          **{"system.model": "ideal"}))
+
+
+def test_async_trips_reach_events_csv(ray_session, tmp_path):
+    import csv
+
+    path = run_scenario(scenario(FEDBUFF, rounds=3, **{"system.events": True}), tmp_path / "events").path
+    rows = list(csv.DictReader(open(path / "events.csv")))
+    metrics = comparable(path)
+    for r in (1, 2, 3):
+        events = [row["event"] for row in rows if int(row["round"]) == r]
+        assert events.count("reported") == int(metrics[r - 1]["participants"])
+        assert events.count("selected") == int(metrics[r - 1]["selected"])
+    assert [float(row["time_s"]) for row in rows] == sorted(float(row["time_s"]) for row in rows)

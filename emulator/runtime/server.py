@@ -173,6 +173,11 @@ class FederatedServer:
             dropped=np.asarray([t.device for t in segment.finished if t.outcome == "dropped"], np.int64),
             stragglers=np.asarray([t.device for t in segment.finished if t.outcome == "abandoned"], np.int64),
             bytes_down=segment.bytes_down, bytes_up=segment.bytes_up, failed=segment.failed)
+        if self.system.config.events:  # trips as events.csv rows: dispatched, then how each ended
+            ended = {"report": "reported", "dropped": "dropped", "abandoned": "straggler"}
+            events = [(t.dispatched_s, t.device, "selected") for t in segment.dispatched]
+            events += [(t.ends_s, t.device, ended[t.outcome]) for t in segment.finished]
+            self._events = [(r, time, device, event) for time, device, event in sorted(events)]
         devices, counts = distinct_in_draw_order(outcome.reported)
         staleness = [a.staleness for a in arrivals]
         row = self._row(r, plan, outcome, devices, counts, [a.update.stats for a in arrivals])
