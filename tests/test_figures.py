@@ -22,7 +22,7 @@ LONG = "a-very-long-experiment-name-that-goes-on-and-on-for-sixty-chars"
 
 
 def make_run(name: str, seed: int = 0, rounds: int = 40, round_s: float = 90.0, mb_per_round: float = 10.0,
-             fast: bool = False, **settings) -> Run:
+             fast: bool = False, asynchronous: bool = False, **settings) -> Run:
     """A run as `load_run` would give it: per-round metrics (an evaluation every 5 rounds) and participation."""
     rng = np.random.default_rng(seed)
     r = np.arange(1, rounds + 1)
@@ -35,6 +35,9 @@ def make_run(name: str, seed: int = 0, rounds: int = 40, round_s: float = 90.0, 
         "test_acc": np.where(r % 5 == 0, accuracy, np.nan)})
     if fast:
         metrics["q"] = np.clip(0.5 + 0.1 * np.sin(r / 3), 0, 1)
+    if asynchronous:  # a row per server update: the stream's columns
+        metrics["staleness_mean"] = rng.poisson(3.0, rounds).astype(float)
+        metrics["concurrency_mean"] = 50 - rng.uniform(0, 5, rounds)
     devices = 200
     reported = rng.poisson(rounds * 20 / devices, devices)
     participation = pd.DataFrame({"device": np.arange(devices), "samples": 100, "selected": reported + 1,
@@ -54,6 +57,13 @@ def sweep_groups() -> dict[str, list[Run]]:
     runs += [make_run("quickstart", 0, round_s=60, algorithm__client_lr=0.1, system__over_selection=2.0),
              make_run("quickstart", 0, round_s=45, algorithm__client_lr=0.05, system__over_selection=2.0),
              make_run("fast-fmnist", 0, rounds=60, round_s=20, fast=True)]
+    return group_runs(runs)
+
+
+def async_groups() -> dict[str, list[Run]]:
+    """A synchronous experiment (two seeds) beside an asynchronous one (a row per server update)."""
+    runs = [make_run("quickstart", seed) for seed in (0, 1)]
+    runs += [make_run("fedbuff", seed, rounds=80, round_s=15, asynchronous=True) for seed in (0, 1)]
     return group_runs(runs)
 
 
@@ -265,3 +275,19 @@ def test_report_links_the_png_offers_pdf_and_svg_and_says_what_short_labels_stan
         assert width == pytest.approx(3.3 * plots.PNG_DPI, rel=0.03), stem  # one column, at most cropped a little
     assert "- `quickstart (client_lr=0.1)`: quickstart (algorithm.client_lr=0.1)" in report
     assert not math.isnan(pd.read_csv(out / "summary.csv").final_acc.iloc[0])
+
+
+def test_the_async_figure_shows_staleness_shares_and_sync_cohorts_on_one_time_axis(tmp_path):
+    groups = async_groups()
+    fig = plots.draw_async(groups)
+    stale, busy = fig.axes[:2]
+    assert len(stale.patches) == 1  # one step outline: the asynchronous experiment's
+    heights, _ = np.histogram(np.concatenate([r.metrics["staleness_mean"] for r in groups["fedbuff"]]),
+                              bins=np.arange(0, 20) - 0.5)
+    assert stale.patches[0].get_path().vertices[:, 1].max() == pytest.approx(heights.max() / heights.sum())
+    assert len([line for line in busy.lines if len(line.get_xdata())]) == 2  # async in flight, sync selected
+    assert busy.get_xlabel().startswith("simulated time")
+    assert plots.draw_async(sweep_groups()) is None  # no asynchronous run: no figure
+    for width in ("two-column", "one-column"):
+        assert not _cut_off(plots.draw_async(groups, width))
+    assert plots.async_figure(groups, tmp_path / "async.png").with_suffix(".pdf").exists()

@@ -11,6 +11,7 @@ Axes show simulated time in seconds, minutes, hours or days and bytes in kB, MB,
 from __future__ import annotations
 
 import functools
+import math
 import re
 from pathlib import Path
 
@@ -536,6 +537,60 @@ def draw_label_tv(groups: dict[str, list[Run]], width: str | float = "two-column
 def label_tv_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
     """`draw_label_tv`, saved as `accuracy_figure` saves; None when no run has the label_tv column."""
     fig = draw_label_tv(groups, width)
+    return None if fig is None else _save(fig, path)
+
+
+@_styled
+def draw_async(groups: dict[str, list[Run]], width: str | float = "two-column") -> Figure | None:
+    """Asynchronous runs (FedBuff, FedAsync): (a) how stale the applied updates were, a histogram over the
+    server updates of each update's mean staleness (exact for FedAsync's one report an update; the buffer's
+    mean for FedBuff), and (b) devices at work over simulated time: the time-weighted mean in flight per
+    server update, beside each synchronous experiment's devices selected per round on the same axis.
+    None when no run is asynchronous (has a staleness_mean column)."""
+    asynchronous = {label: runs for label, runs in groups.items() if any(_has(r, "staleness_mean") for r in runs)}
+    if not asynchronous:
+        return None
+    width_in = _inches(width)
+    one_column = width_in < 5
+    fig = _figure(width_in, 4.6 if one_column else 2.8)
+    stale, busy = (fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)) if one_column else \
+        (fig.add_subplot(1, 2, 1), fig.add_subplot(1, 2, 2))
+    looks, names = _looks(groups), short_labels(list(groups))
+    highest = max(float(r.metrics["staleness_mean"].max()) for runs in asynchronous.values() for r in runs
+                  if _has(r, "staleness_mean"))
+    bins = np.arange(0, math.ceil(highest) + 2) - 0.5
+    handles, texts = [], []
+    for label, runs in asynchronous.items():
+        values = np.concatenate([r.metrics["staleness_mean"].dropna().to_numpy(float) for r in runs])
+        stale.hist(values, bins=bins, histtype="step", color=looks[label]["color"], linewidth=1.2,
+                   weights=np.full(len(values), 1 / max(1, len(values))))
+    span = max(float(r.metrics["sim_time_s"].max()) for runs in groups.values() for r in runs)
+    xlabel, divisor = _x_axis("time", span)
+    for label, runs in groups.items():
+        column = "concurrency_mean" if label in asynchronous else "selected"
+        curves = [_curve(r, "time", column) for r in runs if _has(r, column)]
+        if not curves:
+            continue
+        x, mean, low, high = mean_band(curves)
+        if len(runs) > 1:
+            busy.fill_between(x / divisor, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
+        handles.append(_line(busy, x / divisor, mean, looks[label], one_column))
+        texts.append(names[label] + _seeds(runs))
+    stale.set_xlabel("mean staleness of a server update (updates)")
+    stale.set_ylabel("share of server updates")
+    stale.xaxis.set_major_locator(MaxNLocator(integer=True))
+    stale.grid(True)
+    busy.set_xlabel(xlabel)
+    busy.set_ylabel("devices at work\n(in flight; sync: selected)")
+    busy.set_ylim(bottom=0)
+    busy.grid(True)
+    _legend(fig, handles, texts)
+    return fig
+
+
+def async_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """`draw_async`, saved as `accuracy_figure` saves; None when no run is asynchronous."""
+    fig = draw_async(groups, width)
     return None if fig is None else _save(fig, path)
 
 

@@ -133,6 +133,8 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
         ("Who took part", plots.participation_figure(groups, out / "participation.png", width)),
         ("How long rounds took", plots.round_time_figure(groups, out / "round_durations.png", width)),
         ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png", width)),
+        ("Asynchronous runs: staleness and devices at work",
+         plots.async_figure(groups, out / "async.png", width)),
         ("Label mix of the reports against the population",
          plots.label_tv_figure(groups, out / "label_tv.png", width)),
         ("Test accuracy per class", plots.class_accuracy_figure(groups, out / "class_accuracy.png", width)),
