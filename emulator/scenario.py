@@ -540,6 +540,17 @@ class FedAsyncConfig(AsynchronousTraining):
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(0.6, gt=0, le=1)  # the mixing weight
 
+    @model_validator(mode="after")
+    def _no_server_step(self):
+        if self.server_optimizer is not None and self.server_optimizer.kind != "sgd":
+            raise ScenarioFieldError("algorithm.server_optimizer", "fedasync mixes each report into the model "
+                                     "(alpha s(d)) and takes no server optimizer step; leave it out, or use "
+                                     "fedbuff, whose buffered step takes one")
+        if self.server_lr_schedule is not None:
+            raise ScenarioFieldError("algorithm.server_lr_schedule", "fedasync has no server learning rate "
+                                     "(alpha is its mixing weight); leave it out")
+        return self
+
 
 class FedBuffConfig(AsynchronousTraining):
     """FedBuff (Nguyen et al. 2022): a server step per `buffer` reports, staleness-weighted."""

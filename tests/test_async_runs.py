@@ -59,6 +59,8 @@ def test_staleness_function_changes_the_model_not_the_world(ray_session, tmp_pat
     ({"name": "fedasync", "concurrency": 8, "staleness": {"kind": "exponential"}}, "algorithm.staleness.kind",
      "choose one of 'constant', 'polynomial' or 'hinge'"),
     ({"name": "fedasync", "concurrency": 8, "alpha": -0.5}, "algorithm.alpha", "greater than 0"),
+    ({"name": "fedasync", "concurrency": 8, "server_optimizer": {"kind": "adam"}}, "algorithm.server_optimizer",
+     "use fedbuff"),
 ])
 def test_bad_async_settings_name_the_field(algorithm, field, fix):
     with pytest.raises(ScenarioError) as error:
