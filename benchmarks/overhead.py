@@ -32,8 +32,8 @@ TARGETS = {"cnn_fmnist": 1.3, "mlp": 2.0}
 DEVICES, COHORT, STEPS, BATCH, LR = 100, 10, 10, 32, 0.01
 
 
-def workload_data() -> tuple[str, Federation]:
-    """Fashion-MNIST split iid over 100 devices when installed, else random 28x28 images."""
+def workload_data(devices: int = DEVICES) -> tuple[str, Federation]:
+    """Fashion-MNIST split iid over `devices` devices when installed, else random 28x28 images."""
     from emulator.data.partition import partition_iid
 
     rng = np.random.default_rng(0)
@@ -47,7 +47,7 @@ def workload_data() -> tuple[str, Federation]:
         train = ArrayDataset(x, rng.integers(0, 10, 60000), 10, (0.5,), (0.25,))
         test = ArrayDataset(x[:10000], train.y[:10000], 10, (0.5,), (0.25,))
         name = "random images (Fashion-MNIST not installed)"
-    return name, Federation.from_lists(train, test, partition_iid(len(train), DEVICES, rng))
+    return name, Federation.from_lists(train, test, partition_iid(len(train), devices, rng))
 
 
 def plain_loop(federation: Federation, model_name: str, rounds: int) -> float:

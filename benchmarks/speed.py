@@ -33,10 +33,11 @@ import torch
 import torch.nn.functional as F
 
 from emulator import precision as numerics
-from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.federation import Federation
 from emulator.models import build_model
 from emulator.params import flatten, load
 from emulator.scenario import validate_scenario
+from overhead import workload_data  # benchmarks/overhead.py: the same data, split over more devices
 
 HERE = Path(__file__).resolve().parent
 WORKLOADS = {  # name: (model, devices, reports a round, local steps, batch)
@@ -47,23 +48,6 @@ TARGETS = {  # (workload, variant): the issue's target, printed beside the measu
     ("a", "emulator vectorised"): "<= 0.35x today and <= 0.5x the plain loop",
     ("b", "emulator bf16"): ">= 2.5x faster than the emulator in fp32",
 }
-
-
-def fashion_mnist(devices: int, seed: int = 0) -> tuple[str, Federation]:
-    from emulator.data.partition import partition_iid
-
-    rng = np.random.default_rng(seed)
-    try:
-        from emulator.data import load_vision
-
-        train, test = load_vision("fashion_mnist", None, False, "balanced")
-        name = "Fashion-MNIST"
-    except Exception:
-        x = rng.integers(0, 256, size=(60000, 1, 28, 28), dtype=np.uint8)
-        train = ArrayDataset(x, rng.integers(0, 10, 60000), 10, (0.5,), (0.25,))
-        test = ArrayDataset(x[:10000], train.y[:10000], 10, (0.5,), (0.25,))
-        name = "random images (Fashion-MNIST not installed)"
-    return name, Federation.from_lists(train, test, partition_iid(len(train), devices, rng))
 
 
 # ----------------------------------------------------------------------------------- the plain loop
@@ -143,7 +127,7 @@ def training_table(workloads: list[str], rounds: int, runners: int) -> list[dict
     try:
         for workload in workloads:
             devices = WORKLOADS[workload][1]
-            data_name, federation = fashion_mnist(devices)
+            data_name, federation = workload_data(devices)
             plain = {threads: plain_round_s(federation, workload, rounds, threads) for threads in (1, os.cpu_count())}
             best_plain = min(plain.values())
             variants = {"emulator today (a task per device)": dict(group_size=1),

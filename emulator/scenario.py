@@ -1019,15 +1019,15 @@ class Scenario(Strict):
                 "algorithm.clients_per_round",
                 f"{algo.clients_per_round} devices a round without replacement, but population.devices is "
                 f"{devices}; lower clients_per_round, raise population.devices or use sampling: with_replacement")
-        if isinstance(algo, AsynchronousTraining) and self.system.model != "simulated":
-            raise ScenarioFieldError("system.model", f"{algo.name} is asynchronous: devices come and go on the "
-                                     "simulated clock, which system.model: ideal does not have; use system.model: "
-                                     "simulated (population.availability: [{kind: always}] for everyone online)")
-        concurrency = getattr(algo, "concurrency", None)
-        if concurrency is not None and concurrency > devices - algo.selection.exclude:
-            raise ScenarioFieldError("algorithm.concurrency", f"{concurrency} devices training at once, but the "
-                                     f"population has {devices - algo.selection.exclude} that may take part; lower "
-                                     "algorithm.concurrency or raise population.devices")
+        if isinstance(algo, AsynchronousTraining):
+            if self.system.model != "simulated":
+                raise ScenarioFieldError("system.model", f"{algo.name} is asynchronous: devices come and go on the "
+                                         "simulated clock, which system.model: ideal does not have; use system.model: "
+                                         "simulated (population.availability: [{kind: always}] for everyone online)")
+            if algo.concurrency > devices - algo.selection.exclude:
+                raise ScenarioFieldError("algorithm.concurrency", f"{algo.concurrency} devices training at once, but "
+                                         f"the population has {devices - algo.selection.exclude} that may take part; "
+                                         "lower algorithm.concurrency or raise population.devices")
         if algo.selection.exclude >= devices:
             raise ScenarioFieldError("algorithm.selection.exclude", f"{algo.selection.exclude} excluded devices "
                                      f"leave none of the {devices} to select; lower it")

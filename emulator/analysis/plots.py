@@ -276,6 +276,13 @@ def _line(ax, x, y, look: dict, one_column: bool, **extra):
     return line
 
 
+def _mean_line(ax, x, mean, low, high, look: dict, seeds: int, one_column: bool):
+    """An experiment's mean line over the band its seeds span (when it has more than one seed)."""
+    if seeds > 1:
+        ax.fill_between(x, low, high, color=look["color"], alpha=0.15, linewidth=0)
+    return _line(ax, x, mean, look, one_column)
+
+
 def _seeds(runs: list[Run]) -> str:
     return f" ({len(runs)}\u00a0seeds)" if len(runs) > 1 else ""  # a no-break space: wrapped as one word
 
@@ -340,9 +347,7 @@ def draw_accuracy(groups: dict[str, list[Run]], axis: str, width: str | float = 
     xlabel, divisor = _x_axis(axis, span)
     handles, texts = [], []
     for label, (x, mean, low, high) in bands.items():
-        if len(groups[label]) > 1:
-            ax.fill_between(x / divisor, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
-        handles.append(_line(ax, x / divisor, mean, looks[label], one_column))
+        handles.append(_mean_line(ax, x / divisor, mean, low, high, looks[label], len(groups[label]), one_column))
         texts.append(names[label] + _seeds(groups[label]))
     ax.set_xlabel(xlabel)
     if axis == "rounds":
@@ -455,9 +460,7 @@ def draw_snapshot(groups: dict[str, list[Run]], width: str | float = "two-column
     for label, runs in with_q.items():
         x, mean, low, high = mean_band([(r.metrics["round"].to_numpy(float), r.metrics["q"].to_numpy(float))
                                         for r in runs])
-        if len(runs) > 1:
-            ax.fill_between(x, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
-        handles.append(_line(ax, x, mean, looks[label], one_column))
+        handles.append(_mean_line(ax, x, mean, low, high, looks[label], len(runs), one_column))
         texts.append(names[label] + _seeds(runs))
     ax.set_xlabel("round")
     ax.xaxis.set_major_locator(MaxNLocator(integer=True))
@@ -516,9 +519,7 @@ def draw_label_tv(groups: dict[str, list[Run]], width: str | float = "two-column
     handles, texts = [], []
     for label, ((x, mean, low, high), floor) in bands.items():
         look = looks[label]
-        if len(groups[label]) > 1:
-            ax.fill_between(x / divisor, low, high, color=look["color"], alpha=0.15, linewidth=0)
-        handles.append(_line(ax, x / divisor, mean, look, one_column))
+        handles.append(_mean_line(ax, x / divisor, mean, low, high, look, len(groups[label]), one_column))
         texts.append(names[label] + _seeds(groups[label]))
         if floor is not None:
             ax.plot(floor[0] / divisor, floor[1], color=look["color"], linestyle=(0, (3, 2)), linewidth=0.8,
@@ -572,9 +573,7 @@ def draw_async(groups: dict[str, list[Run]], width: str | float = "two-column") 
         if not curves:
             continue
         x, mean, low, high = mean_band(curves)
-        if len(runs) > 1:
-            busy.fill_between(x / divisor, low, high, color=looks[label]["color"], alpha=0.15, linewidth=0)
-        handles.append(_line(busy, x / divisor, mean, looks[label], one_column))
+        handles.append(_mean_line(busy, x / divisor, mean, low, high, looks[label], len(runs), one_column))
         texts.append(names[label] + _seeds(runs))
     stale.set_xlabel("mean staleness of a server update (updates)")
     stale.set_ylabel("share of server updates")

@@ -6,6 +6,7 @@ vector, the device's local steps and returning a delta.
 """
 from __future__ import annotations
 
+import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
@@ -110,9 +111,7 @@ class DeviceRunner:
         context, model = self._run(jobs[0].run_key, context_box)
         if cohort.supports(model) is not None:
             return [self.train(context_box, global_params, job) for job in jobs]
-        global _FREED_MEMORY_KEPT
-        if not _FREED_MEMORY_KEPT:
-            _FREED_MEMORY_KEPT = cohort.keep_freed_memory() or True
+        _keep_freed_memory_once()
         updates: list[ClientUpdate | None] = [None] * len(jobs)
         for kind in dict.fromkeys(job.spec.optimizer for job in jobs):  # one optimizer kind per cohort
             chosen = [i for i, job in enumerate(jobs) if job.spec.optimizer == kind]
@@ -179,6 +178,6 @@ def _warm_up() -> None:
                   LocalTraining(lr=0.1, batch_size=4, local_steps=1), seeded_generator(0))
 
 
-_FREED_MEMORY_KEPT = False  # cohort.keep_freed_memory() called in this process (once, process-wide)
+_keep_freed_memory_once = functools.cache(cohort.keep_freed_memory)  # process-wide: once per runner process
 
 RunnerActor = ray.remote(DeviceRunner)

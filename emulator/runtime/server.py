@@ -167,12 +167,10 @@ class FederatedServer:
         self._versions = {v: p for v, p in self._versions.items() if v in needed}
         self._version_refs = {v: ref for v, ref in self._version_refs.items() if v in needed}
         outcome = RoundOutcome(
-            start_s=segment.start_s, end_s=segment.end_s,
-            selected=np.asarray([t.device for t in segment.dispatched], np.int64),
-            reported=np.asarray([t.device for t in segment.reports], np.int64),
-            dropped=np.asarray([t.device for t in segment.finished if t.outcome == "dropped"], np.int64),
-            stragglers=np.asarray([t.device for t in segment.finished if t.outcome == "abandoned"], np.int64),
-            bytes_down=segment.bytes_down, bytes_up=segment.bytes_up, failed=segment.failed)
+            start_s=segment.start_s, end_s=segment.end_s, selected=segment.devices("dispatched"),
+            reported=segment.devices("reports"), dropped=segment.devices("finished", "dropped"),
+            stragglers=segment.devices("finished", "abandoned"), bytes_down=segment.bytes_down,
+            bytes_up=segment.bytes_up, failed=segment.failed)
         if self.system.config.events:  # trips as events.csv rows: dispatched, then how each ended
             ended = {"report": "reported", "dropped": "dropped", "abandoned": "straggler"}
             events = [(t.dispatched_s, t.device, "selected") for t in segment.dispatched]

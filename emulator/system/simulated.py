@@ -89,7 +89,7 @@ class SimulatedSystem(SystemModel):
             drawn = request.selection.select(online, wanted, request.rng)
 
         devices, weight = distinct_in_draw_order(drawn)
-        plan = self._timeline(devices, env.now, request)
+        plan = self.timeline(devices, env.now, request)
         in_flight = np.flatnonzero(np.isfinite(plan["end"]))
         tally = {"weight": 0, "finished": 0, "reports": []}
         close = env.event()
@@ -123,7 +123,7 @@ class SimulatedSystem(SystemModel):
 
         return arrive
 
-    def _timeline(self, devices: np.ndarray, now: float, request: CohortRequest) -> dict[str, np.ndarray]:
+    def timeline(self, devices: np.ndarray, now: float, request: CohortRequest) -> dict[str, np.ndarray]:
         """When each selected device starts, finishes its download, finishes, or is lost (vectorised)."""
         profiles, stream = self.profiles, request.rng
         start = self.availability.next_online(devices, now) if request.snapshot else np.full(len(devices), now)

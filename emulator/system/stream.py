@@ -64,6 +64,11 @@ class Segment:
     wasted_compute_s: float = 0.0
     failed: bool = False  # nothing in flight for selection_timeout_s: `reports` holds fewer than asked
 
+    def devices(self, tasks: str, *outcomes: str) -> np.ndarray:
+        """The device ids of `dispatched`, `finished` or `reports`, only those of `outcomes` if given."""
+        return np.array([t.device for t in getattr(self, tasks) if not outcomes or t.outcome in outcomes],
+                        dtype=np.int64)
+
 
 class AsyncStream:
     """Keeps `concurrency` tasks in flight on a SimulatedSystem and hands out segments of K reports."""
@@ -138,12 +143,8 @@ class AsyncStream:
         segment.bytes_down = sum(task.bytes_down for task in segment.dispatched)
         segment.bytes_up = sum(task.bytes_up for task in segment.reports)
         segment.wasted_compute_s = sum(task.compute_s for task in segment.finished if task.outcome != "report")
-
-        def devices(tasks, *outcomes):
-            return np.array([t.device for t in tasks if not outcomes or t.outcome in outcomes], dtype=np.int64)
-
-        self.system.ledger.record(devices(segment.dispatched), devices(segment.reports),
-                                  devices(segment.finished, "dropped"), devices(segment.finished, "abandoned"))
+        self.system.ledger.record(segment.devices("dispatched"), segment.devices("reports"),
+                                  segment.devices("finished", "dropped"), segment.devices("finished", "abandoned"))
         return segment
 
     # ------------------------------------------------------------------------------------------ dispatch
@@ -185,7 +186,7 @@ class AsyncStream:
 
     def _dispatch(self, devices: np.ndarray, now: float, version: int, request: CohortRequest) -> list[Task]:
         """The system's own timeline for the batch, cut at the deadline, as tasks."""
-        plan = self.system._timeline(devices, now, request)
+        plan = self.system.timeline(devices, now, request)
         cutoff = now + self.deadline_s if self.deadline_s is not None else np.inf
         reported = ~plan["dropped"] & (plan["finish"] <= cutoff)
         dropped = plan["dropped"] & (plan["lost_at"] <= cutoff)
