@@ -23,14 +23,14 @@ from emulator.system import availability
 from emulator.text_models import char_lstm
 
 # ----------------------------------------------------------------------------------------- algorithms
-register_algorithm("fedavg", fedavg.FedAvg, config=s.FedAvgConfig)
-register_algorithm("fedprox", fedavg.FedProx, config=s.FedProxConfig)
-register_algorithm("fedavgm", fedavg.FedAvgM, config=s.FedAvgMConfig)
+register_algorithm("fedavg", fedavg.FedAvg, config=s.FedAvgConfig, client_dp=True)
+register_algorithm("fedprox", fedavg.FedProx, config=s.FedProxConfig, client_dp=True)
+register_algorithm("fedavgm", fedavg.FedAvgM, config=s.FedAvgMConfig, client_dp=True)
 register_algorithm("scaffold", scaffold.Scaffold, config=s.ScaffoldConfig)
-register_algorithm("safari", safari.Safari, config=s.SafariConfig, needs_server_data=True)
-register_algorithm("fsl", fsl.Fsl, config=s.FslConfig, needs_server_data=True)
-register_algorithm("ds", fsl.DataSharing, config=s.DataSharingConfig, needs_server_data=True)
-register_algorithm("fast", fast.Fast, config=s.FastConfig)
+register_algorithm("safari", safari.Safari, config=s.SafariConfig, needs_server_data=True, client_dp=True)
+register_algorithm("fsl", fsl.Fsl, config=s.FslConfig, needs_server_data=True, client_dp=True)
+register_algorithm("ds", fsl.DataSharing, config=s.DataSharingConfig, needs_server_data=True, client_dp=True)
+register_algorithm("fast", fast.Fast, config=s.FastConfig, client_dp=True)
 register_algorithm("fedasync", asynchronous.FedAsync, config=s.FedAsyncConfig)
 register_algorithm("fedbuff", asynchronous.FedBuff, config=s.FedBuffConfig)
 

@@ -47,6 +47,9 @@ def results_fields(scenario) -> dict:
     numerics = runtime.numerics() if runtime is not None else {}
     if numerics:  # bf16, vectorised groups compute other numbers; the defaults stay out (fingerprints as before)
         fields["runtime"] = numerics
+    for key, off in (("privacy", None), ("secure_aggregation", None), ("compression", {"kind": "none"})):
+        if key in fields and fields[key] == off:  # off: fingerprints as before these sections existed
+            del fields[key]
     population = fields.get("population", {})
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
         if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):

@@ -24,22 +24,21 @@ def payload_bytes(bits: int) -> int:
 
 def qsgd(vector: np.ndarray, levels: int, rng: np.random.Generator, bucket: int = 512) -> tuple[np.ndarray, int]:
     """QSGD (Alistarh et al. 2017): per bucket, |v_i| / ||v|| rounded stochastically to one of `levels` levels,
-    unbiased; decoded as ||v|| sign(v_i) level / s."""
+    unbiased; decoded as ||v|| sign(v_i) level / s. One uniform draw per value, in order."""
     if levels < 1:
         raise ValueError(f"quantisation levels must be >= 1, got {levels}")
     v = np.asarray(vector, dtype=np.float64)
     m = len(v)
-    decoded = np.zeros(m)
-    for start in range(0, m, bucket):
-        part = v[start:start + bucket]
-        norm = np.linalg.norm(part)
-        if norm == 0:
-            continue
-        scaled = np.abs(part) / norm * levels
-        lower = np.floor(scaled)
-        level = lower + (rng.random(len(part)) < scaled - lower)
-        decoded[start:start + bucket] = norm * np.sign(part) * level / levels
-    bits = math.ceil(m / bucket) * FLOAT_BITS + m * math.ceil(math.log2(2 * levels + 1))
+    buckets = math.ceil(m / bucket)
+    padded = np.zeros(buckets * bucket)
+    padded[:m] = v
+    parts = padded.reshape(buckets, bucket)
+    norms = np.linalg.norm(parts, axis=1, keepdims=True)
+    scaled = np.abs(parts) / np.where(norms > 0, norms, 1.0) * levels
+    lower = np.floor(scaled)
+    level = lower + (rng.random(parts.shape) < scaled - lower)
+    decoded = (norms * np.sign(parts) * level / levels).reshape(-1)[:m]
+    bits = buckets * FLOAT_BITS + m * math.ceil(math.log2(2 * levels + 1))
     return decoded.astype(np.float32), payload_bytes(bits)
 
 

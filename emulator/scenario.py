@@ -6,6 +6,7 @@ path of the field, what was given and what is allowed.
 """
 from __future__ import annotations
 
+import math
 import re
 import typing
 from pathlib import Path
@@ -990,6 +991,132 @@ class OutputConfig(Strict):
     tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tensorboard/, one step per round
 
 
+# ------------------------------------------------------------------------------ privacy, compression, secure aggregation
+class FixedClipping(Strict):
+    """Every update is clipped to privacy.clip."""
+
+    kind: Literal["fixed"] = "fixed"
+
+
+class AdaptiveClipping(Strict):
+    """The clip follows the `quantile` of update norms (Andrew et al. 2021): privacy.clip is its start C_0, and
+    each round C <- C exp(-lr (b - quantile)), b the noised share of updates that were not clipped."""
+
+    kind: Literal["adaptive"] = "adaptive"
+    quantile: float = Field(0.5, gt=0, lt=1)
+    lr: float = Field(0.2, gt=0)
+    count_stddev: Optional[float] = Field(None, gt=0)  # noise on the unclipped count; None: cohort / 20
+
+
+class PrivacyConfig(Strict):
+    """Client-level differential privacy, DP-FedAvg (McMahan et al. 2018): each device's delta is clipped to
+    `clip` in L2, the cohort's sum gets Gaussian noise of std noise_multiplier x clip, and the sum is divided by
+    the expected cohort (algorithm.clients_per_round), not by the reports: dropouts cut signal, not noise.
+    Epsilon for `delta` is reported after every round (dp-accounting); see docs/privacy.md for what its
+    sampling assumption means when participation emerges from the system model."""
+
+    kind: Literal["dp_fedavg"] = "dp_fedavg"
+    noise_multiplier: float
+    clip: float
+    clipping: Annotated[Union[FixedClipping, AdaptiveClipping], Field(discriminator="kind")] = FixedClipping()
+    delta: float = 1e-5
+    accountant: Literal["rdp", "pld"] = "rdp"
+    noise_cohort: Optional[int] = Field(None, gt=0)  # size the noise for this cohort (pfl-research's noise_cohort_size)
+
+    @field_validator("noise_multiplier")
+    @classmethod
+    def _noise(cls, value):
+        if value < 0:
+            raise ValueError(f"{value:g} is below 0; give the noise std as a multiple of the clip, >= 0 (0: clipping "
+                             "only, no privacy), e.g. 1.0")
+        return value
+
+    @field_validator("clip")
+    @classmethod
+    def _clip(cls, value):
+        if value <= 0:
+            raise ValueError(f"{value:g}, but the L2 bound on an update must be above 0; e.g. 1.0 (with clipping: "
+                             "{kind: adaptive} it is only the start, 0.1 is the usual)")
+        return value
+
+    @field_validator("delta")
+    @classmethod
+    def _delta(cls, value):
+        if not 0 < value < 1:
+            raise ValueError(f"{value:g} is outside (0, 1); give a small probability, below 1 / population.devices "
+                             "(e.g. 1e-5)")
+        return value
+
+
+class NoCompression(Strict):
+    kind: Literal["none"] = "none"
+
+
+class QsgdCompression(Strict):
+    """QSGD (Alistarh et al. 2017), dense and bucketed: per bucket one float norm, per value a signed level."""
+
+    kind: Literal["qsgd"] = "qsgd"
+    levels: int
+    bucket: int = Field(512, gt=0)
+    error_feedback: bool = False  # unbiased already: residuals are optional
+
+    @field_validator("levels")
+    @classmethod
+    def _levels(cls, value):
+        if value < 1:
+            raise ValueError(f"{value}: quantisation needs at least 1 level; e.g. 4 (3 bits a value) or 8 (5 bits)")
+        return value
+
+
+class TopKCompression(Strict):
+    """Top-k sparsification with error feedback (Stich et al. 2018): the k largest entries of update plus the
+    device's residual are sent; the rest becomes its residual, kept as device state across rounds."""
+
+    kind: Literal["top_k"] = "top_k"
+    k: Optional[int] = None  # values sent
+    fraction: Optional[float] = Field(None, gt=0, le=1)  # or this share of the model's values
+    error_feedback: bool = True
+
+    @model_validator(mode="after")
+    def _one_size(self):
+        if (self.k is None) == (self.fraction is None):
+            raise ScenarioFieldError("k", "give either k (values sent) or fraction (a share of the model), not both "
+                                     "or neither", relative=True)
+        if self.k is not None and self.k < 1:
+            raise ScenarioFieldError("k", f"{self.k}: send at least 1 value", relative=True)
+        return self
+
+
+class SignCompression(Strict):
+    """Scaled sign (EF-signSGD, Karimireddy et al. 2019): one bit a value plus one float scale."""
+
+    kind: Literal["sign"] = "sign"
+    error_feedback: bool = True
+
+
+Compression = Annotated[Union[NoCompression, QsgdCompression, TopKCompression, SignCompression],
+                        Field(discriminator="kind")]
+
+
+class SecureAggregationConfig(Strict):
+    """SecAgg (Bonawitz et al. 2017) or SecAgg+ (Bell et al. 2020) as a cost: its round trips, masked upload and
+    unmasking are charged to the clock and the byte counters; the aggregate is unchanged (emulator/secagg.py)."""
+
+    kind: Literal["secagg", "secagg_plus"] = "secagg"
+    threshold: Optional[Union[int, float]] = None  # t: an int, or a fraction of a device's share group; None: default
+    neighbours: Optional[int] = Field(None, gt=0)  # k, SecAgg+ only; None: from the cohort (O(log n))
+    input_bits: int = Field(32, ge=1, le=62)  # a value's fixed-point width before the field grows by log2(cohort)
+    malicious: bool = False  # add the consistency round (the malicious-server protocol)
+    device_slowdown: float = Field(10.0, gt=0)  # a phone's crypto against the reference core, at median speed
+
+    @field_validator("threshold")
+    @classmethod
+    def _threshold(cls, value):
+        if value is not None and (value <= 0 or (isinstance(value, float) and value > 1)):
+            raise ValueError(f"{value}: give a number of devices (>= 2) or a fraction in (0, 1] of a device's group")
+        return value
+
+
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     plugins: list[str] = Field(default_factory=list)  # modules that register parts (see emulator/plugins.py)
@@ -1003,6 +1130,9 @@ class Scenario(Strict):
     runtime: RuntimeConfig = RuntimeConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     output: OutputConfig = OutputConfig()
+    privacy: Optional[PrivacyConfig] = None  # client-level DP (None: off)
+    compression: Compression = NoCompression()  # what a device's upload is encoded as
+    secure_aggregation: Optional[SecureAggregationConfig] = None  # SecAgg's cost (None: plain uploads)
 
     @model_validator(mode="before")
     @classmethod
@@ -1058,9 +1188,57 @@ class Scenario(Strict):
                 raise ScenarioFieldError("population.types", f"type(s) {behaving} set behaviour, which only exists "
                                          "with system.model: simulated")
         _check_classes(self)
+        _check_upload(self)
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self
+
+
+def _check_upload(scenario) -> None:
+    """privacy, compression and secure_aggregation fit the algorithm and the system model."""
+    algo, privacy, secure = scenario.algorithm, scenario.privacy, scenario.secure_aggregation
+    asynchronous = isinstance(algo, AsynchronousTraining)
+    if privacy is not None:
+        if asynchronous or not ALGORITHMS.get(algo.name).fact("client_dp"):
+            raise ScenarioFieldError("privacy", f"algorithm {algo.name!r} does not release its cohort's mean through "
+                                     "FedAvg's aggregation, which DP-FedAvg noises; use fedavg, fedprox, fedavgm, fast, "
+                                     "safari, fsl or ds (a plugin built on FedAvg.mean_delta registers client_dp=True)")
+        if algo.weighting != "uniform":
+            raise ScenarioFieldError("algorithm.weighting", "samples weighting gives a device unbounded weight, so no "
+                                     "clip bounds its influence; use weighting: uniform with privacy")
+        if algo.sampling != "without_replacement":
+            raise ScenarioFieldError("algorithm.sampling", "a device drawn twice would count twice, doubling the "
+                                     "sensitivity; use sampling: without_replacement with privacy")
+        if privacy.noise_cohort is not None and privacy.noise_cohort < algo.clients_per_round:
+            raise ScenarioFieldError("privacy.noise_cohort", f"{privacy.noise_cohort} is below "
+                                     f"algorithm.clients_per_round ({algo.clients_per_round}); it sizes the noise for a "
+                                     "larger cohort than the one trained: raise it or leave it out")
+    if secure is None:
+        return
+    if scenario.system.model != "simulated":
+        raise ScenarioFieldError("secure_aggregation", "its cost is round trips and crypto on the simulated clock, "
+                                 "which system.model: ideal does not have; use system.model: simulated")
+    if asynchronous:
+        raise ScenarioFieldError("secure_aggregation", f"{algo.name} applies reports one at a time or in small "
+                                 "buffers, not as one masked sum; use a synchronous algorithm with secure aggregation")
+    if scenario.compression.kind != "none":
+        raise ScenarioFieldError("compression", f"{scenario.compression.kind}: secure aggregation sums one linear "
+                                 "integer encoding shared by every device; per-device scales or top-k indices do not "
+                                 "pass through its masks. Use compression: {kind: none} (set "
+                                 "secure_aggregation.input_bits for a narrower fixed-point width)")
+    selected = math.ceil(algo.clients_per_round * scenario.system.over_selection)
+    group = selected if secure.kind == "secagg" else (secure.neighbours or 0) + 1
+    if secure.kind == "secagg" and secure.neighbours is not None:
+        raise ScenarioFieldError("secure_aggregation.neighbours", "SecAgg shares with everyone in the cohort; "
+                                 "neighbours applies to kind: secagg_plus")
+    if secure.neighbours is not None and secure.neighbours >= selected:
+        raise ScenarioFieldError("secure_aggregation.neighbours", f"{secure.neighbours}, but a round selects "
+                                 f"{selected} devices, so each has at most {selected - 1} neighbours; lower it")
+    if isinstance(secure.threshold, int) and secure.threshold > (group if group > 1 else selected):
+        raise ScenarioFieldError("secure_aggregation.threshold", f"{secure.threshold}, but a round selects only "
+                                 f"{selected} devices (algorithm.clients_per_round x system.over_selection)"
+                                 + (f" and each shares with {group} (neighbours + itself)" if group != selected else "")
+                                 + ": every round would abort; lower the threshold or raise clients_per_round")
 
 
 class ScenarioFieldError(ValueError):

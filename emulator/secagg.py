@@ -219,7 +219,10 @@ class SecAggCost:
         k, t = self.neighbours(cohort), self.threshold(cohort)
         pairwise = d * k * n3 / (cohort - 1)  # masks to regenerate: a dropped device's expected live neighbours
         masks = n3 + pairwise
-        return ((n3 + d) * SECRET_CHUNKS * t * t * c.shamir_combine_op_s
+        # Lagrange coefficients (t^2 operations) once per set of share holders, then t a secret: SecAgg's secrets
+        # all have the same live holders, each SecAgg+ secret has its own (but t is O(log n) there)
+        holder_sets = 1 if self.variant == "secagg" else n3 + d
+        return (SECRET_CHUNKS * (holder_sets * t * t + (n3 + d) * t) * c.shamir_combine_op_s
                 + pairwise * c.key_agreement_s
                 + masks * m * self._prg_words(cohort) / c.prg_words_per_s
                 + (n3 + masks) * m / c.modular_adds_per_s)

@@ -56,9 +56,10 @@ def test_compute_counts_by_hand():
     assert share_keys.compute_s == 30 + 2400 + 3
     # 3 agreements x 10 + 3 decryptions + (k + 1) x 5 coords x 2 words + (k + 1) x 5 adds
     assert cost.masking_compute_s(n) == 30 + 3 + 40 + 20
-    # 3 survivors, 1 dropped with 3 x 3 / 3 = 3 live neighbours: 4 reconstructions x t^2 = 9 ops x 1000;
-    # 3 agreements x 10; masks 3 self + 3 pairwise = 6 x 5 coords x 2 words; adds (3 inputs + 6 masks) x 5
-    assert cost.server_compute_s(n, survivors=3, dropped_after_sharing=1) == 36000 + 30 + 60 + 45
+    # 3 survivors, 1 dropped with 3 x 3 / 3 = 3 live neighbours: the Lagrange coefficients once (t^2 = 9 ops)
+    # and 4 reconstructions x t = 3 ops, x 1000 s; 3 agreements x 10; masks 3 self + 3 pairwise = 6 x 5 coords
+    # x 2 words; adds (3 inputs + 6 masks) x 5
+    assert cost.server_compute_s(n, survivors=3, dropped_after_sharing=1) == (9 + 12) * 1000 + 30 + 60 + 45
 
 
 @pytest.mark.parametrize("n_log2, m_log2, expected", [(10, 20, 1.726), (14, 24, 1.976)])

@@ -50,6 +50,9 @@ class AlgorithmContext:
     server_train: ServerTrainer | None = None  # (params, spec, purpose) -> (new params, stats)
     parameter_mask: np.ndarray | None = None  # True where the flat vector holds trainable weights
     total_rounds: int | None = None  # the scenario's rounds: the default span of a cosine rate schedule
+    # The server's release of a round's mean (client-level DP adds noise over the expected cohort): FedAvg's
+    # mean_delta passes its WeightedMean through it. None: the mean as summed.
+    release: Callable[["WeightedMean", int], "WeightedMean"] | None = None
 
 
 class Algorithm:

@@ -90,7 +90,8 @@ class FedAvg(Algorithm):
         for update in updates:
             mean.add(update.delta, self.weight(update))
             self.observe(update)
-        return mean
+        release = self.context.release  # client-level DP: the noised sum over the expected cohort
+        return release(mean, self._round) if release is not None else mean
 
     def observe(self, update: ClientUpdate) -> None:
         """Per-update bookkeeping beyond the mean (SCAFFOLD's control variates)."""

@@ -148,6 +148,9 @@ def experiment_key(run: Run) -> str:
             if not any(k == skip or k.startswith(skip + ".") for skip in NOT_PART_OF_THE_EXPERIMENT)}
     for key, value in _numerics(run.scenario.get("runtime") or {}).items():  # bf16, vectorise change results;
         flat[f"runtime.{key}"] = value  # the defaults (and runs from before those fields) keep their keys
+    for key, off in (("privacy", None), ("secure_aggregation", None), ("compression.kind", "none")):
+        if key in flat and flat[key] == off:  # off: the same key as runs from before these sections
+            del flat[key]
     flat["name"] = _base_name(run.name)
     return json.dumps(flat, sort_keys=True, default=str)
 

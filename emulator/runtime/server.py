@@ -27,6 +27,7 @@ from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
 from emulator.system.base import RoundOutcome
+from emulator.upload import UploadPipeline
 from emulator.training import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
@@ -61,12 +62,14 @@ class FederatedServer:
         self.test_x, self.test_y = federation.test.tensors()
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
+        self.upload = UploadPipeline(self.scenario, len(self.params))  # DP clipping and noise, compression
         entry = ALGORITHMS.get(self.scenario.algorithm.name)
         with guard(entry.origin, f"algorithm {entry.name!r}", "__init__"):
             self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
                 num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
                 seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
-                parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds))
+                parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds,
+                release=self.upload.release if self.upload.dp is not None else None))
         if is_plugin(entry.origin):  # a user's hooks are guarded and what they return is checked
             self.algorithm = GuardedAlgorithm(self.algorithm, entry.origin, entry.name, len(self.params))
         self.system = build_system(self.scenario, self.label_counts)
@@ -85,7 +88,7 @@ class FederatedServer:
 
     def get_columns(self) -> tuple[str, ...]:
         extra = ASYNC_COLUMNS if self.asynchronous else ()
-        return BASE_COLUMNS + extra + tuple(self.algorithm.columns)
+        return BASE_COLUMNS + extra + self.upload.columns + tuple(self.algorithm.columns)
 
     @property
     def asynchronous(self) -> bool:
@@ -107,6 +110,7 @@ class FederatedServer:
         self.round += 1
         seed, r = self.scenario.seed, self.round
         self.server_samples_this_round = 0
+        self.upload.begin_round()
         plan = self.algorithm.plan_round(r)
         if plan.kind == "async":
             return self._play_async_update(r, plan)
@@ -118,7 +122,7 @@ class FederatedServer:
         down, up = self.algorithm.payload
         outcome = self.system.client_round(CohortRequest(
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
-            bytes_down=down * self.model_bytes, bytes_up=up * self.model_bytes,
+            bytes_down=down * self.model_bytes, bytes_up=self.upload_bytes(up),
             samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
             snapshot=plan.kind == "snapshot"))
         devices, counts = distinct_in_draw_order(outcome.reported)
@@ -137,6 +141,7 @@ class FederatedServer:
             for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
                     self.context_box, params_ref, group, runtime.vectorise)):
                 for update in group:
+                    update = self.upload.encode(update, r, (r, update.device))
                     updates.append(update)
                     yield update
 
@@ -192,7 +197,7 @@ class FederatedServer:
             down, up = self.algorithm.payload
             self.stream = AsyncStream(
                 self.system, self.algorithm.concurrency, plan.selection, self.scenario.seed,
-                down * self.model_bytes, up * self.model_bytes,
+                down * self.model_bytes, self.upload_bytes(up),
                 lambda devices: self.algorithm.samples_processed(devices, self.sizes),
                 deadline_s=self.system.config.deadline_s)
             if self._stream_state is not None:
@@ -228,7 +233,7 @@ class FederatedServer:
         if task.task_id not in self._pending:
             self._submit([task])
         ref, index = self._pending.pop(task.task_id)
-        return ray.get(ref)[index]
+        return self.upload.encode(ray.get(ref)[index], self.round, ("task", task.task_id))
 
     def _row(self, r: int, plan, outcome, devices, counts, stats) -> dict:
         trained = [s for s in stats if s.steps > 0]
@@ -249,6 +254,7 @@ class FederatedServer:
             row["test_loss"], row["test_acc"], accuracy = self.evaluate_classes()
             row["worst_class"], row["worst_class_acc"] = bias.worst_class(accuracy)
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
+        row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))
         return row
 
@@ -273,6 +279,12 @@ class FederatedServer:
                 population=self.population_mix)
         return self._floors[size]
 
+    def upload_bytes(self, vectors: int) -> int:
+        """What a reporting device uploads: `vectors` model-sized vectors, the update encoded when compressed
+        (the encoder counts its payload: values, indices, scales)."""
+        encoded = self.upload.encoded_bytes()
+        return vectors * self.model_bytes if encoded is None else encoded + (vectors - 1) * self.model_bytes
+
     def server_train(self, params: np.ndarray, spec, purpose: str):
         """SGD on the server's own data set from `params` (SAFARI's server rounds, FSL's server learning).
 
@@ -291,6 +303,9 @@ class FederatedServer:
         report are trained again after a resume, from the same version with the same seed."""
         state = {"round": self.round, "params": self.params.copy(), "algorithm": self.algorithm.state(),
                  "system": self.system.state()}
+        upload = self.upload.state()
+        if upload:  # residuals (device state), the clip and the accountant's releases
+            state["upload"] = upload
         if self.asynchronous:
             state["async"] = {"version": self.version, "versions": {v: p.copy() for v, p in self._versions.items()},
                               "stream": self.stream.state() if self.stream is not None else self._stream_state}
@@ -301,6 +316,7 @@ class FederatedServer:
         self.params = np.asarray(state["params"], dtype=np.float32).copy()
         self.algorithm.load_state(state["algorithm"])
         self.system.load_state(state["system"])
+        self.upload.load_state(state.get("upload", {}))
         if "async" in state:
             self.version = state["async"]["version"]
             self._versions = {int(v): np.asarray(p, np.float32).copy() for v, p in state["async"]["versions"].items()}
@@ -325,11 +341,12 @@ class FederatedServer:
         why_not = cohort.supports(self.model) if self.scenario.runtime.vectorise else None
         if why_not:
             notes.append(f"runtime.vectorise: model {self.scenario.model.name!r} trains one device at a time: {why_not}")
+        self._check_upload()
         if not isinstance(self.system, SimulatedSystem):
             return notes
         down, up = self.algorithm.payload
         everyone = np.arange(len(self.sizes))
-        fastest = self.system.fastest_round_s(down * self.model_bytes, up * self.model_bytes,
+        fastest = self.system.fastest_round_s(down * self.model_bytes, self.upload_bytes(up),
                                               self.algorithm.samples_processed(everyone, self.sizes))
         config = self.system.config
         for field, deadline in (("system.deadline_s", config.deadline_s),
@@ -340,6 +357,21 @@ class FederatedServer:
                     f"model, train and upload (population.compute / population.network, {self.model_bytes} model "
                     "bytes); raise the deadline, lighten the local work, or speed up the devices")
         return notes
+
+    def _check_upload(self) -> None:
+        """Compression needs to know the model: k within it, and one update vector to encode."""
+        from emulator.scenario import ScenarioError
+
+        scheme, values = self.scenario.compression, len(self.params)
+        if scheme.kind == "none":
+            return
+        if self.algorithm.payload[1] != 1:
+            raise ScenarioError(f"compression: algorithm {self.scenario.algorithm.name!r} uploads "
+                                f"{self.algorithm.payload[1]} vectors a device (e.g. SCAFFOLD's control variate), and "
+                                "only the model delta has an encoder; use compression: {kind: none} with it")
+        if scheme.kind == "top_k" and scheme.k is not None and scheme.k > values:
+            raise ScenarioError(f"compression.k: {scheme.k}, but model {self.scenario.model.name!r} has {values} "
+                                f"values; give k <= {values}, or fraction: a share of the model (e.g. 0.01)")
 
     def take_events(self) -> list[tuple]:
         """The last round's device events (round, time_s, device, event), when system.events is on."""
