@@ -1231,6 +1231,10 @@ def _check_upload(scenario) -> None:
     if secure.kind == "secagg" and secure.neighbours is not None:
         raise ScenarioFieldError("secure_aggregation.neighbours", "SecAgg shares with everyone in the cohort; "
                                  "neighbours applies to kind: secagg_plus")
+    if secure.neighbours is not None and secure.neighbours % 2:
+        raise ScenarioFieldError("secure_aggregation.neighbours", f"{secure.neighbours}: SecAgg+ places k/2 "
+                                 "neighbours on each side of a device on its ring; give an even number (e.g. "
+                                 f"{secure.neighbours + 1})")
     if secure.neighbours is not None and secure.neighbours >= selected:
         raise ScenarioFieldError("secure_aggregation.neighbours", f"{secure.neighbours}, but a round selects "
                                  f"{selected} devices, so each has at most {selected - 1} neighbours; lower it")

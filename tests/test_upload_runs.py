@@ -133,3 +133,42 @@ def test_adaptive_clip_moves_toward_the_update_norms(ray_session, tmp_path):
     clips = [float(r["dp_clip"]) for r in table]
     assert clips[0] == 1e-3 and clips[-1] > 3 * clips[0]  # every update was clipped at first: the clip grows
     assert float(table[0]["dp_unclipped_fraction"]) == 0.0
+
+
+CALM = {"system.over_selection": 1.0, "population.compute": {"kind": "lognormal", "median_s_per_sample": 0.01,
+                                                            "sigma": 0.5}}  # everyone online and reporting
+
+
+@pytest.mark.parametrize("kind", ["secagg", "secagg_plus"])
+def test_secure_aggregation_leaves_the_aggregate_bit_identical_and_costs_time_and_bytes(ray_session, tmp_path, kind):
+    from emulator.secagg import SecAggCost
+
+    plain = rows(run_scenario(validate_scenario(small_scenario(**CALM)), tmp_path / "plain").path)
+    secure = rows(run_scenario(validate_scenario(small_scenario(
+        **CALM, secure_aggregation={"kind": kind})), tmp_path / kind).path)
+    assert [r["test_loss"] for r in secure] == [r["test_loss"] for r in plain]  # the same sum, bit for bit
+    assert [r["participants"] for r in secure] == [r["participants"] for r in plain]
+    cost = SecAggCost(kind, LOGREG_VALUES)
+    for s, p in zip(secure, plain):
+        n, reports = int(s["selected"]), int(s["participants"])
+        assert float(s["round_duration_s"]) > float(p["round_duration_s"]) + float(s["secagg_server_s"])
+        setup, finish = cost.setup(n), cost.finish(n, reports)
+        assert int(s["bytes_up"]) == (n * sum(x.bytes_up for x in setup) + reports * cost.masked_upload_bytes(n)
+                                      + reports * sum(x.bytes_up for x in finish))
+        assert int(s["bytes_down"]) == (int(p["bytes_down"]) + n * sum(x.bytes_down for x in setup)
+                                        + n * cost.masked_download_bytes(n) + reports * sum(x.bytes_down for x in finish))
+        assert int(s["secagg_field_bits"]) == 32 + math.ceil(math.log2(n)) and s["secagg_aborted"] == "0"
+
+
+def test_secure_aggregation_aborts_below_its_threshold_and_wastes_the_round(ray_session, tmp_path):
+    lossy = {"population.dropout_per_hour": 40.0, "system.min_report_fraction": 0.25, "rounds": 6,
+             "population.compute": {"kind": "lognormal", "median_s_per_sample": 0.5, "sigma": 0.5}}
+    table = rows(run_scenario(validate_scenario(small_scenario(
+        **lossy, secure_aggregation={"kind": "secagg", "threshold": 8})), tmp_path / "lossy").path)
+    aborted = [r for r in table if r["secagg_aborted"] == "1"]
+    assert aborted, "dropout this high should leave some round below 8 survivors"
+    for row in aborted:
+        assert row["failed"] == "1" and int(row["participants"]) == 0 and int(row["bytes_up"]) > 0
+        assert float(row["secagg_unmask_s"]) == 0.0
+    done = [r for r in table if r["failed"] == "0"]
+    assert all(int(r["participants"]) >= 8 for r in done)

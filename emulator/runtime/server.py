@@ -26,7 +26,9 @@ from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
-from emulator.system.base import RoundOutcome
+from emulator.secagg import SecAggCost
+from emulator.system.base import RoundOutcome, SecureAggregation
+from emulator.system.simulated import SECAGG_COLUMNS
 from emulator.upload import UploadPipeline
 from emulator.training import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
 
@@ -63,6 +65,11 @@ class FederatedServer:
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
         self.upload = UploadPipeline(self.scenario, len(self.params))  # DP clipping and noise, compression
+        self.secagg = None  # secure aggregation's cost model (emulator/secagg.py)
+        if self.scenario.secure_aggregation is not None:
+            config = self.scenario.secure_aggregation
+            self.secagg = SecAggCost(config.kind, len(self.params), config.input_bits, config.threshold,
+                                     config.neighbours, config.malicious)
         entry = ALGORITHMS.get(self.scenario.algorithm.name)
         with guard(entry.origin, f"algorithm {entry.name!r}", "__init__"):
             self.algorithm = build_algorithm(self.scenario.algorithm, AlgorithmContext(
@@ -88,7 +95,8 @@ class FederatedServer:
 
     def get_columns(self) -> tuple[str, ...]:
         extra = ASYNC_COLUMNS if self.asynchronous else ()
-        return BASE_COLUMNS + extra + self.upload.columns + tuple(self.algorithm.columns)
+        secure = SECAGG_COLUMNS if self.secagg is not None else ()
+        return BASE_COLUMNS + extra + self.upload.columns + secure + tuple(self.algorithm.columns)
 
     @property
     def asynchronous(self) -> bool:
@@ -124,7 +132,7 @@ class FederatedServer:
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
             bytes_down=down * self.model_bytes, bytes_up=self.upload_bytes(up),
             samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
-            snapshot=plan.kind == "snapshot"))
+            snapshot=plan.kind == "snapshot", secure=self._secure(r)))
         devices, counts = distinct_in_draw_order(outcome.reported)
         algorithm = self.algorithm
         jobs = [DeviceJob(self.run_key, int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)),
@@ -254,6 +262,7 @@ class FederatedServer:
             row["test_loss"], row["test_acc"], accuracy = self.evaluate_classes()
             row["worst_class"], row["worst_class_acc"] = bias.worst_class(accuracy)
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
+        row.update(outcome.protocol)
         row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))
         return row
@@ -278,6 +287,12 @@ class FederatedServer:
                 self.label_counts, size, weighting, rng(self.scenario.seed, "label-tv-floor", size),
                 population=self.population_mix)
         return self._floors[size]
+
+    def _secure(self, r: int) -> SecureAggregation | None:
+        if self.secagg is None:
+            return None
+        return SecureAggregation(self.secagg, self.scenario.secure_aggregation.device_slowdown,
+                                 rng(self.scenario.seed, "secagg", r))
 
     def upload_bytes(self, vectors: int) -> int:
         """What a reporting device uploads: `vectors` model-sized vectors, the update encoded when compressed
@@ -363,6 +378,10 @@ class FederatedServer:
         from emulator.scenario import ScenarioError
 
         scheme, values = self.scenario.compression, len(self.params)
+        if self.secagg is not None and self.algorithm.payload[1] != 1:
+            raise ScenarioError(f"secure_aggregation: algorithm {self.scenario.algorithm.name!r} uploads "
+                                f"{self.algorithm.payload[1]} vectors a device, and the cost model masks one; use a "
+                                "FedAvg-family algorithm with secure aggregation")
         if scheme.kind == "none":
             return
         if self.algorithm.payload[1] != 1:

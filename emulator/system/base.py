@@ -18,6 +18,17 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 
 @dataclass(frozen=True)
+class SecureAggregation:
+    """A round's secure aggregation, priced by `cost` (emulator/secagg.py): its key exchange before training,
+    the masked upload, the unmasking after the round closes and the server's work. A device's crypto runs at
+    `device_slowdown` x the reference core, times its own seconds per sample over the population's median."""
+
+    cost: object  # emulator.secagg.SecAggCost
+    device_slowdown: float
+    rng: np.random.Generator  # SecAgg+'s neighbour ring
+
+
+@dataclass(frozen=True)
 class CohortRequest:
     round_index: int
     target: int  # reports the round needs
@@ -27,6 +38,7 @@ class CohortRequest:
     bytes_up: int  # per reporting device
     samples_processed: Callable[[np.ndarray], np.ndarray] = lambda devices: np.zeros(len(devices))
     snapshot: bool = False  # sample from the whole population and wait for those devices to check in
+    secure: SecureAggregation | None = None  # secure aggregation's protocol around the upload
 
 
 @dataclass
@@ -43,6 +55,7 @@ class RoundOutcome:
     failed: bool = False
     server_compute_s: float = 0.0
     events: list = field(default_factory=list)  # (time_s, device, event) when events are recorded
+    protocol: dict = field(default_factory=dict)  # secure aggregation's columns (emulator.system.simulated.SECAGG_COLUMNS)
 
     @property
     def duration_s(self) -> float:

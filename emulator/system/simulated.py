@@ -35,6 +35,7 @@ from emulator.system.profiles import DeviceProfiles
 from emulator.system.ties import World
 
 _EMPTY = np.zeros(0, dtype=np.int64)
+SECAGG_COLUMNS = ("secagg_setup_s", "secagg_unmask_s", "secagg_server_s", "secagg_field_bits", "secagg_aborted")
 
 
 class SimulatedSystem(SystemModel):
@@ -89,6 +90,14 @@ class SimulatedSystem(SystemModel):
             drawn = request.selection.select(online, wanted, request.rng)
 
         devices, weight = distinct_in_draw_order(drawn)
+        secure = request.secure
+        if secure is not None:
+            try:
+                secure.cost.check(len(devices))
+            except ValueError:  # too few selected to reach the threshold: the protocol cannot start
+                self.ledger.record(devices, _EMPTY, _EMPTY, _EMPTY)
+                return RoundOutcome(started, env.now, drawn, _EMPTY, failed=True,
+                                    protocol=dict.fromkeys(SECAGG_COLUMNS[:4], 0.0) | {"secagg_aborted": 1})
         plan = self.timeline(devices, env.now, request)
         in_flight = np.flatnonzero(np.isfinite(plan["end"]))
         tally = {"weight": 0, "finished": 0, "reports": []}
@@ -103,7 +112,11 @@ class SimulatedSystem(SystemModel):
             yield close | env.timeout(deadline)
         else:
             yield close
-        return self._close(devices, weight, drawn, plan, tally, started, selected_at, env.now, needed, request)
+        outcome = self._close(devices, weight, drawn, plan, tally, started, selected_at, env.now, needed, request)
+        if secure is not None and not outcome.failed:  # unmasking, then the server's work, after the close
+            yield env.timeout(outcome.protocol["secagg_unmask_s"] + outcome.protocol["secagg_server_s"])
+            outcome.end_s, outcome.server_compute_s = env.now, outcome.protocol["secagg_server_s"]
+        return outcome
 
     @staticmethod
     def _arrival(plan, weight, target, in_flight, tally, close):
@@ -131,7 +144,13 @@ class SimulatedSystem(SystemModel):
         jitter = np.exp(self.compute_jitter * stream.standard_normal(len(devices))) if self.compute_jitter else 1.0
         compute = compute_seconds(request.samples_processed(devices), profiles.s_per_sample[devices], jitter)
         up = transfer_seconds(request.bytes_up, profiles.up_mbps[devices], profiles.latency_s[devices])
-        finish = start + down + compute + up
+        if request.secure is not None:  # key exchange first (everyone waits for the slowest), masking with training
+            setup, masking = self._secure_work(devices, request)
+            start_work = start + (setup if request.snapshot else setup.max(initial=0.0))
+            compute = compute + masking
+        else:
+            start_work = start
+        finish = start_work + down + compute + up
         checked_in = np.isfinite(start)
         lost_at = np.full(len(devices), np.inf)
         if checked_in.any():
@@ -144,8 +163,68 @@ class SimulatedSystem(SystemModel):
         elif self.dropout_per_hour > 0:
             lost_at = np.minimum(lost_at, start + stream.exponential(3600.0 / self.dropout_per_hour, len(devices)))
         dropped = lost_at < finish
-        return {"start": start, "download_done": start + down, "finish": finish, "lost_at": lost_at,
+        return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
                 "dropped": dropped, "end": np.where(dropped, lost_at, finish)}
+
+    # ------------------------------------------------------------------------------------ secure aggregation
+    def _secure_work(self, devices: np.ndarray, request: CohortRequest) -> tuple[np.ndarray, np.ndarray]:
+        """Seconds each device spends in the key exchange (R0, R1), and the extra of its masked upload: the
+        shares routed to it, its mask expansion and the masked vector's size over the plain upload's."""
+        secure, n, p = request.secure, len(devices), self.profiles
+        cost = secure.cost
+        setup = self._stage_seconds(devices, cost.setup(n), secure.device_slowdown)
+        latency = p.latency_s[devices]
+        masking = (transfer_seconds(cost.masked_download_bytes(n), p.down_mbps[devices], latency) - latency
+                   + cost.masking_compute_s(n) * self._crypto_factor(devices, secure.device_slowdown)
+                   + transfer_seconds(cost.masked_upload_bytes(n) - request.bytes_up, p.up_mbps[devices], latency)
+                   - latency)
+        return setup, masking
+
+    def _stage_seconds(self, devices: np.ndarray, stages, slowdown: float) -> np.ndarray:
+        """A device's time through protocol stages: each a download, its crypto work and an upload."""
+        p, total = self.profiles, np.zeros(len(devices))
+        for stage in stages:
+            total += (transfer_seconds(stage.bytes_down, p.down_mbps[devices], p.latency_s[devices])
+                      + stage.compute_s * self._crypto_factor(devices, slowdown)
+                      + transfer_seconds(stage.bytes_up, p.up_mbps[devices], p.latency_s[devices]))
+        return total
+
+    def _crypto_factor(self, devices: np.ndarray, slowdown: float) -> np.ndarray:
+        """A device's crypto time over the reference core's: the slowdown at median speed, scaled by its speed."""
+        return slowdown * self.profiles.s_per_sample[devices] / self._median_s_per_sample
+
+    @functools.cached_property
+    def _median_s_per_sample(self) -> float:
+        return float(np.median(self.profiles.s_per_sample))
+
+    def _finish_secure(self, request, devices, reports, plan, closed, failed) -> tuple[bool, dict, int, int]:
+        """After the close: does the protocol abort (too few survivors, or a secret with too few live holders),
+        and what do unmasking and the server's work cost (nothing after a failed round)? Returns (aborted,
+        columns, bytes down, bytes up)."""
+        secure, n = request.secure, len(devices)
+        cost = secure.cost
+        survived = np.zeros(n, dtype=bool)
+        survived[reports] = True
+        started = plan["start"] <= closed  # the key exchange's bytes: every selected device that began it
+        setup = cost.setup(n)
+        down = int(started.sum()) * sum(stage.bytes_down for stage in setup)
+        up = int(started.sum()) * sum(stage.bytes_up for stage in setup)
+        graph = cost.neighbour_graph(n, secure.rng) if cost.neighbours(n) < n - 1 else None
+        columns = {"secagg_setup_s": float(self._stage_seconds(devices, setup, secure.device_slowdown).max(initial=0.0)),
+                   "secagg_unmask_s": 0.0, "secagg_server_s": 0.0, "secagg_field_bits": cost.field_bits(n),
+                   "secagg_aborted": 0}
+        if failed:
+            return False, columns, down, up
+        if cost.aborts(n, survived, graph):
+            columns["secagg_aborted"] = 1
+            return True, columns, down, up
+        finish = cost.finish(n, int(survived.sum()))
+        unmask = self._stage_seconds(devices[reports], finish, secure.device_slowdown)
+        columns["secagg_unmask_s"] = float(unmask.max(initial=0.0))
+        columns["secagg_server_s"] = cost.server_compute_s(n, int(survived.sum()), n - int(survived.sum()))
+        down += len(reports) * sum(stage.bytes_down for stage in finish)
+        up += len(reports) * sum(stage.bytes_up for stage in finish)
+        return False, columns, down, up
 
     def _offline_after(self, devices: np.ndarray, start: np.ndarray) -> np.ndarray:
         """When each device goes offline after starting its work (devices may start at different times)."""
@@ -171,6 +250,14 @@ class SimulatedSystem(SystemModel):
         stragglers = still_working & (not reached)
         failed = arrived < needed
         downloaded = plan["download_done"] <= np.minimum(closed, plan["lost_at"])
+        protocol, extra_down, extra_up = {}, 0, 0
+        if request.secure is not None:
+            aborted, protocol, extra_down, extra_up = self._finish_secure(request, devices, reports, plan, closed,
+                                                                          failed)
+            n, cost = len(devices), request.secure.cost  # the shares routed with the model; the masked vector's size
+            extra_down += int(downloaded.sum()) * cost.masked_download_bytes(n)
+            extra_up += len(reports) * (cost.masked_upload_bytes(n) - request.bytes_up)
+            failed = failed or aborted
         reported = np.repeat(devices[reports], weight[reports])
         self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
                            devices[cancelled])
@@ -179,8 +266,8 @@ class SimulatedSystem(SystemModel):
         return RoundOutcome(
             start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
             dropped=devices[dropped], stragglers=devices[stragglers], cancelled=devices[cancelled],
-            bytes_down=int(downloaded.sum()) * request.bytes_down, bytes_up=len(reports) * request.bytes_up,
-            failed=failed, events=events)
+            bytes_down=int(downloaded.sum()) * request.bytes_down + extra_down,
+            bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol)
 
     @staticmethod
     def _events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) -> list[tuple]:
