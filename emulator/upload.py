@@ -151,6 +151,15 @@ class UploadPipeline:
                        residual_age=_mean(tally.ages))
         return row
 
+    def device_epsilons(self, reported: np.ndarray) -> np.ndarray:
+        """Each device's sampling-free epsilon: the Gaussian mechanism composed over the rounds it reported in,
+        with no amplification by sampling (sound whatever the cohorts were, given who took part)."""
+        from emulator.privacy_accounting import sampling_free_epsilon
+
+        counts, inverse = np.unique(np.asarray(reported), return_inverse=True)
+        values = np.array([sampling_free_epsilon(self.dp.noise_multiplier, int(c), self.delta) for c in counts])
+        return values[inverse]
+
     # ------------------------------------------------------------------------------------------ state
     def state(self) -> dict:
         state = {}

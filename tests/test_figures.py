@@ -291,3 +291,20 @@ def test_the_async_figure_shows_staleness_shares_and_sync_cohorts_on_one_time_ax
     for width in ("two-column", "one-column"):
         assert not _cut_off(plots.draw_async(groups, width))
     assert plots.async_figure(groups, tmp_path / "async.png").with_suffix(".pdf").exists()
+
+
+def test_the_privacy_figure_plots_accuracy_against_epsilon_for_the_private_runs_only(tmp_path):
+    runs = [make_run("quickstart", seed) for seed in (0, 1)]
+    private = [make_run("private", seed) for seed in (0, 1)]
+    for run in private:  # epsilon grows with the releases; a last row at infinity (noise 0) is left out
+        run.metrics["dp_epsilon"] = np.sqrt(run.metrics["round"].to_numpy(float)) * 0.5
+    groups = group_runs(runs + private)
+    fig = plots.draw_accuracy({k: v for k, v in groups.items() if k == "private"}, "epsilon")
+    assert fig.axes[0].get_xlabel().startswith("epsilon (nominal")
+    x = [line.get_xdata() for line in fig.axes[0].lines if len(line.get_xdata()) > 1][0]
+    assert max(x) == pytest.approx(0.5 * math.sqrt(40))  # the last evaluation's epsilon
+    assert plots.privacy_figure(group_runs(runs), tmp_path / "none.png") is None  # no private run: no figure
+    path = plots.privacy_figure(groups, tmp_path / "eps.png")
+    assert path.exists() and path.with_suffix(".svg").exists()
+    for width in ("two-column", "one-column"):
+        assert not _cut_off(plots.draw_accuracy({"private": groups["private"]}, "epsilon", width))

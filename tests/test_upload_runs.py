@@ -102,6 +102,10 @@ def test_dp_epsilon_each_round_is_the_accounting_library_s(ray_session, tmp_path
     import emulator.privacy_accounting as accounting
     assert float(last["dp_epsilon_device_max"]) == pytest.approx(
         accounting.sampling_free_epsilon(1.0, int(counts.max()), 1e-4))
+    per_device = np.loadtxt(path / "participation.csv", delimiter=",", skiprows=1, usecols=_column(path, "dp_epsilon"))
+    for count, epsilon in zip(counts, per_device):  # each device's own bound, from its own reports
+        assert epsilon == pytest.approx(accounting.sampling_free_epsilon(1.0, int(count), 1e-4), rel=1e-5)
+    assert per_device.max() == pytest.approx(float(last["dp_epsilon_device_max"]), rel=1e-5)
 
 
 def _column(path, name):

@@ -308,6 +308,7 @@ AXES = {  # x axis -> its values in base units (seconds, rounds, bytes), from a 
     "time": lambda m: m["sim_time_s"],
     "rounds": lambda m: m["round"].astype(float),
     "bytes": lambda m: (m["bytes_down"] + m["bytes_up"]).cumsum(),
+    "epsilon": lambda m: m["dp_epsilon"],  # runs with privacy: the nominal epsilon spent so far
 }
 
 
@@ -315,7 +316,7 @@ def _curve(run: Run, axis: str, column: str) -> tuple[np.ndarray, np.ndarray]:
     metrics = run.metrics
     x = AXES[axis](metrics).to_numpy(dtype=float)
     y = metrics[column].to_numpy(dtype=float)
-    keep = ~np.isnan(y)
+    keep = ~np.isnan(y) & np.isfinite(x)
     return x[keep], y[keep]
 
 
@@ -327,6 +328,8 @@ def _x_axis(axis: str, span: float) -> tuple[str, float]:
     if axis == "bytes":
         unit, size = bytes_unit(span)
         return f"data moved, up + down ({unit})", size
+    if axis == "epsilon":
+        return "epsilon (nominal, Poisson cohorts)", 1.0
     return "round", 1.0
 
 
@@ -361,6 +364,12 @@ def draw_accuracy(groups: dict[str, list[Run]], axis: str, width: str | float = 
 def accuracy_figure(groups: dict[str, list[Run]], axis: str, path: Path, width: str | float = "two-column") -> Path:
     """`draw_accuracy`, written to `path` (PNG) and beside it as PDF and SVG; returns the PNG's path."""
     return _save(draw_accuracy(groups, axis, width), path)
+
+
+def privacy_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """Test accuracy against the epsilon spent, for the experiments run with client-level DP (None if none)."""
+    private = {label: runs for label, runs in groups.items() if all(_has(r, "dp_epsilon") for r in runs)}
+    return _save(draw_accuracy(private, "epsilon", width), path) if private else None
 
 
 @_styled

@@ -130,6 +130,8 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
          plots.accuracy_figure(groups, "rounds", out / "accuracy_vs_rounds.png", width)),
         ("Test accuracy against bytes moved",
          plots.accuracy_figure(groups, "bytes", out / "accuracy_vs_bytes.png", width)),
+        ("Test accuracy against the privacy spent (client-level DP)",
+         plots.privacy_figure(groups, out / "accuracy_vs_epsilon.png", width)),
         ("Who took part", plots.participation_figure(groups, out / "participation.png", width)),
         ("How long rounds took", plots.round_time_figure(groups, out / "round_durations.png", width)),
         ("FAST's snapshot probability", plots.snapshot_figure(groups, out / "fast_q.png", width)),

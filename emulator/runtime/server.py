@@ -357,6 +357,10 @@ class FederatedServer:
         if why_not:
             notes.append(f"runtime.vectorise: model {self.scenario.model.name!r} trains one device at a time: {why_not}")
         self._check_upload()
+        if self.upload.dp is not None:
+            notes.append(f"privacy: dp_epsilon is {self.upload.accountant.label}; here the system model decides who "
+                         "reports, so that assumption does not hold. dp_epsilon_device_max and participation.csv's "
+                         "dp_epsilon bound each device without it (docs/privacy.md)")
         if not isinstance(self.system, SimulatedSystem):
             return notes
         down, up = self.algorithm.payload
@@ -410,8 +414,11 @@ class FederatedServer:
         ledger = self._ledgers.get(round_index)
         if ledger is None:
             return None
-        return {"device": np.arange(len(self.sizes)), "samples": self.sizes, **ledger,
-                **self.system.describe_devices()}
+        columns = {"device": np.arange(len(self.sizes)), "samples": self.sizes, **ledger,
+                   **self.system.describe_devices()}
+        if self.upload.dp is not None:  # each device's sampling-free bound over the rounds it reported in
+            columns["dp_epsilon"] = self.upload.device_epsilons(ledger["reported"])
+        return columns
 
     def evaluate(self) -> tuple[float, float]:
         loss, acc, _ = self.evaluate_classes()
