@@ -1064,7 +1064,7 @@ class QsgdCompression(Strict):
     @classmethod
     def _levels(cls, value):
         if value < 1:
-            raise ValueError(f"{value}: quantisation needs at least 1 level; e.g. 4 (3 bits a value) or 8 (5 bits)")
+            raise ValueError(f"{value}: quantisation needs at least 1 level; e.g. 4 (4 bits a value) or 8 (5 bits)")
         return value
 
 

@@ -176,3 +176,12 @@ def test_secure_aggregation_aborts_below_its_threshold_and_wastes_the_round(ray_
         assert float(row["secagg_unmask_s"]) == 0.0
     done = [r for r in table if r["failed"] == "0"]
     assert all(int(r["participants"]) >= 8 for r in done)
+
+
+def test_compression_prices_asynchronous_uploads_too(ray_session, tmp_path):
+    fedbuff = {"name": "fedbuff", "concurrency": 10, "buffer": 4, "client_lr": 0.05, "local_steps": 5, "batch_size": 16}
+    table = rows(run_scenario(validate_scenario(small_scenario(
+        algorithm=fedbuff, rounds=4, compression={"kind": "sign"})), tmp_path / "fedbuff").path)
+    for row in table:
+        assert int(row["bytes_up"]) == int(row["participants"]) * math.ceil((LOGREG_VALUES + 32) / 8)
+        assert float(row["compression_error"]) > 0
