@@ -1209,6 +1209,16 @@ def _check_upload(scenario) -> None:
         if algo.sampling != "without_replacement":
             raise ScenarioFieldError("algorithm.sampling", "a device drawn twice would count twice, doubling the "
                                      "sensitivity; use sampling: without_replacement with privacy")
+        clipping = privacy.clipping
+        if clipping.kind == "adaptive" and privacy.noise_multiplier > 0:
+            count_stddev = clipping.count_stddev or algo.clients_per_round / 20
+            if privacy.noise_multiplier >= 2 * count_stddev:
+                raise ScenarioFieldError("privacy.clipping.count_stddev", f"{count_stddev:g}"
+                                         + (" (the default, clients_per_round / 20)" if clipping.count_stddev is None
+                                            else "") + f", but the unclipped count's noise takes part of the noise "
+                                         f"budget and needs noise_multiplier ({privacy.noise_multiplier:g}) < 2 x "
+                                         f"count_stddev; set count_stddev above {privacy.noise_multiplier / 2:g}, "
+                                         "or lower the noise multiplier")
         if privacy.noise_cohort is not None and privacy.noise_cohort < algo.clients_per_round:
             raise ScenarioFieldError("privacy.noise_cohort", f"{privacy.noise_cohort} is below "
                                      f"algorithm.clients_per_round ({algo.clients_per_round}); it sizes the noise for a "

@@ -55,6 +55,8 @@ def test_error_feedback_residuals_carry_across_rounds_and_a_resume(ray_session, 
     ({"privacy": {"noise_multiplier": 1, "clip": 1, "delta": 1.5}}, "privacy.delta", "outside (0, 1)"),
     ({"privacy": {"noise_multiplier": 1, "clip": 1, "delta": 0}}, "privacy.delta", "outside (0, 1)"),
     ({"compression": {"kind": "qsgd", "levels": 0}}, "compression.levels", "at least 1 level"),
+    ({"privacy": {"noise_multiplier": 1, "clip": 1, "clipping": {"kind": "adaptive"}}},
+     "privacy.clipping.count_stddev", "set count_stddev above 0.5"),
     ({"compression": {"kind": "top_k"}}, "compression.k", "give either k"),
     ({"privacy": {"noise_multiplier": 1, "clip": 1}, "algorithm": {"name": "scaffold"}}, "privacy",
      "use fedavg, fedprox"),
@@ -185,3 +187,14 @@ def test_compression_prices_asynchronous_uploads_too(ray_session, tmp_path):
     for row in table:
         assert int(row["bytes_up"]) == int(row["participants"]) * math.ceil((LOGREG_VALUES + 32) / 8)
         assert float(row["compression_error"]) > 0
+
+
+def test_a_resumed_private_compressed_run_ends_as_the_uninterrupted_one(ray_session, tmp_path):
+    both = {"privacy": {"noise_multiplier": 0.8, "clip": 0.05, "clipping": {"kind": "adaptive", "count_stddev": 2.0}},
+            "compression": {"kind": "qsgd", "levels": 2, "error_feedback": True}}
+    whole = run_scenario(validate_scenario(small_scenario(**STATEFUL, **both)), tmp_path / "whole").path
+    part = run_scenario(validate_scenario(small_scenario(**{**STATEFUL, "rounds": 4}, **both)), tmp_path / "part").path
+    resume_run(part, overrides=["rounds=7"], notify=lambda message: None)
+    assert comparable(part) == comparable(whole)  # the clip, the accountant and the residuals came back
+    table = rows(whole)
+    assert len({r["dp_clip"] for r in table}) > 1 and float(table[-1]["dp_epsilon"]) > float(table[0]["dp_epsilon"])
