@@ -16,6 +16,7 @@ import numpy as np
 
 from emulator import compression as codec
 from emulator.aggregation import WeightedMean
+from emulator.privacy import clip
 from emulator.seeding import rng
 
 PRIVACY_COLUMNS = ("dp_clip", "dp_noise_std", "dp_unclipped_fraction", "dp_epsilon", "dp_sampling",
@@ -72,7 +73,7 @@ class UploadPipeline:
             return None
         if self._encoded_bytes is None:
             probe = np.ones(self.num_params, dtype=np.float32)
-            self._encoded_bytes = self._encode(probe, None, np.random.default_rng(0))[2]
+            self._encoded_bytes = self._encode(probe, np.random.default_rng(0))[1]
         return self._encoded_bytes
 
     # ------------------------------------------------------------------------------------------ a round
@@ -91,8 +92,9 @@ class UploadPipeline:
             residual = self.residuals.get(device) if self.scheme.error_feedback else None
             if residual is not None:
                 tally.ages.append(round_index - self.residual_round[device])
-            target = delta if residual is None else delta.astype(np.float64) + residual
-            decoded, new_residual, _ = self._encode(delta, residual, rng(self.seed, "compression", *stream_key))
+            target = np.asarray(delta, np.float64) if residual is None else delta.astype(np.float64) + residual
+            decoded, _ = self._encode(target, rng(self.seed, "compression", *stream_key))
+            new_residual = target - decoded
             norm = float(np.linalg.norm(target))
             tally.errors.append(float(np.linalg.norm(decoded - target)) / norm if norm > 0 else 0.0)
             if self.scheme.error_feedback:
@@ -101,21 +103,18 @@ class UploadPipeline:
                 tally.residual_norms.append(float(np.linalg.norm(new_residual)))
             delta = decoded
             if self.dp is not None:  # the encoder may have pushed the message past the clip
-                delta, _ = _clip(delta, self.dp.current_clip)
+                delta, _ = clip(delta, self.dp.current_clip)
         return replace(update, delta=delta)
 
-    def _encode(self, delta, residual, stream):
-        """(decoded message, new residual, payload bytes) for the run's scheme."""
+    def _encode(self, target: np.ndarray, stream) -> tuple[np.ndarray, int]:
+        """(the message as decoded, its payload bytes) for the run's scheme; `target` is update + residual."""
         scheme = self.scheme
-        target = delta if residual is None else delta.astype(np.float64) + residual
         if scheme.kind == "top_k":
-            decoded, new_residual, size = codec.top_k(delta, self.top_k(), residual)
-            return decoded, new_residual, size
+            decoded, _, size = codec.top_k(target, self.top_k())
+            return decoded, size
         if scheme.kind == "qsgd":
-            decoded, size = codec.qsgd(target, scheme.levels, stream, scheme.bucket)
-        else:
-            decoded, size = codec.sign(target)
-        return decoded, np.asarray(target, np.float64) - decoded, size
+            return codec.qsgd(target, scheme.levels, stream, scheme.bucket)
+        return codec.sign(target)
 
     def release(self, mean: WeightedMean, round_index: int) -> WeightedMean:
         """DP: the round's sum plus Gaussian noise over the expected cohort, as a mean the algorithm steps with
@@ -183,12 +182,6 @@ class _RoundTally:
         self.reports = self.unclipped = 0
         self.errors, self.residual_norms, self.ages = [], [], []
         self.release = None
-
-
-def _clip(vector: np.ndarray, bound: float) -> tuple[np.ndarray, float]:
-    from emulator.privacy import clip
-
-    return clip(vector, bound)
 
 
 def _mean(values: list) -> float | None:
