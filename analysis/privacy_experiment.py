@@ -5,7 +5,7 @@ follows data? (docs/privacy.md)
     python analysis/privacy_experiment.py table runs/privacy            # the tables of docs/privacy.md
 
 `run` launches one `emulator sweep` per (setting, algorithm) on scenarios/privacy/private_slow_tier.yaml
-(1000 phones, 100 reports a round, a slow tier holding classes 7-9 behind a 60 s deadline): no DP; DP-FedAvg
+(1000 phones, 100 selected a round, a slow tier holding classes 7-9 behind a 60 s deadline): no DP; DP-FedAvg
 with adaptive clipping at noise multipliers 0.5, 1 and 2; top-k (1%), QSGD (2 levels) and sign uploads; each
 for FedAvg, FAST (q = 0.2) and SAFARI (q = 0.8), 3 seeds; and SecAgg / SecAgg+ around FedAvg. `table` prints
 accuracy at equal rounds and at equal simulated time, epsilon (nominal and the sampling-free bound of the
