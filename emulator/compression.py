@@ -51,7 +51,10 @@ def top_k(vector: np.ndarray, k: int, residual: np.ndarray | None = None) -> tup
     if not 1 <= k <= m:
         raise ValueError(f"top-k: k must be between 1 and the model's {m} values, got {k}")
     corrected = v if residual is None else v + residual
-    keep = np.sort(np.argsort(-np.abs(corrected), kind="stable")[:k])
+    magnitude = np.abs(corrected)
+    kth = np.partition(magnitude, m - k)[m - k]  # the k-th largest magnitude, in linear time
+    above = np.flatnonzero(magnitude > kth)
+    keep = np.sort(np.concatenate([above, np.flatnonzero(magnitude == kth)[:k - len(above)]]))
     decoded = np.zeros(m)
     decoded[keep] = corrected[keep]
     index_bits = max(1, math.ceil(math.log2(m)))

@@ -28,6 +28,8 @@ def test_top_k_with_error_feedback_by_hand():
     decoded, residual, size = top_k(update, 2)
     assert np.array_equal(decoded, [0, -3.0, 0, 2.0]) and np.allclose(residual, [0.5, 0, 1.0, 0])
     assert size == (2 * (32 + 2) + 7) // 8  # 2 values of 32 bits + 2 indices of ceil(log2 4) = 2 bits: 68 bits -> 9
+    tied, _, _ = top_k(np.array([1.0, -1.0, 1.0, 0.5, 1.0, 2.0], dtype=np.float32), 3)
+    assert np.array_equal(tied, [1.0, -1.0, 0, 0, 0, 2.0])  # equal magnitudes: the lower indices go first
     # next round: the residual joins the new update, so left-out mass is sent eventually
     decoded, residual, _ = top_k(np.array([0.6, 0.0, 0.1, 0.0], np.float32), 1, residual)
     assert np.allclose(decoded, [1.1, 0, 0, 0]) and np.allclose(residual, [0, 0, 1.1, 0])
