@@ -132,6 +132,9 @@ def _run(args) -> int:
     parts = [f"{scenario.name}: {summary['rounds_completed']} rounds"]
     if summary.get("final_test_acc") is not None:
         parts.append(f"test accuracy {summary['final_test_acc']:.4f}")
+    if summary.get("dp_epsilon") is not None:  # the nominal epsilon, and the bound that needs no sampling
+        parts.append(f"epsilon {summary['dp_epsilon']:.2f} nominal ({summary['dp_epsilon_device_max']:.2f} "
+                     "for the most-seen device)")
     parts.append(f"simulated {format_duration(summary['sim_time_s'])}")
     parts.append(f"{(summary['bytes_down'] + summary['bytes_up']) / 1e6:.1f} MB")
     parts.append(f"wall {summary['wall_time_s']:.1f} s")

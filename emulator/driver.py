@@ -519,7 +519,16 @@ def _progress(rows: list[dict]) -> dict:
         "final_test_acc": number(evaluated[-1]["test_acc"]) if evaluated else None,
         "final_test_loss": number(evaluated[-1]["test_loss"]) if evaluated else None,
         "best_test_acc": max(float(r["test_acc"]) for r in evaluated) if evaluated else None,
+        **_privacy_spent(last),
     }
+
+
+def _privacy_spent(last: dict) -> dict:
+    """A private run's epsilon so far, with the assumption the nominal one makes (empty without privacy)."""
+    if last.get("dp_epsilon") in (None, ""):
+        return {}
+    return {"dp_epsilon": float(last["dp_epsilon"]), "dp_sampling": last.get("dp_sampling"),
+            "dp_epsilon_device_max": float(last["dp_epsilon_device_max"])}
 
 
 def _to_stderr(message: str) -> None:

@@ -88,8 +88,10 @@ def test_dp_epsilon_each_round_is_the_accounting_library_s(ray_session, tmp_path
     import dp_accounting
     from dp_accounting import rdp
 
-    path = run_scenario(validate_scenario(small_scenario(rounds=5, privacy=DP)), tmp_path / "dp").path
-    table = rows(path)
+    result = run_scenario(validate_scenario(small_scenario(rounds=5, privacy=DP)), tmp_path / "dp")
+    path, table = result.path, rows(result.path)
+    assert result.summary["dp_epsilon"] == pytest.approx(float(table[-1]["dp_epsilon"]))  # summary.json too
+    assert result.summary["dp_sampling"] == table[-1]["dp_sampling"]
     q = 8 / 40  # clients_per_round / population.devices: the nominal Poisson rate
     event = dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.0))
     for t, row in enumerate(table, start=1):
