@@ -110,6 +110,11 @@ def test_dp_epsilon_each_round_is_the_accounting_library_s(ray_session, tmp_path
     for count, epsilon in zip(counts, per_device):  # each device's own bound, from its own reports
         assert epsilon == pytest.approx(accounting.sampling_free_epsilon(1.0, int(count), 1e-4), rel=1e-5)
     assert per_device.max() == pytest.approx(float(last["dp_epsilon_device_max"]), rel=1e-5)
+    from emulator.analysis.report import write_report
+
+    report = (write_report([path], tmp_path / "report")).read_text()
+    assert "epsilon (nominal)" in report and f"{float(last['dp_epsilon']):.2f}" in report
+    assert (tmp_path / "report" / "accuracy_vs_epsilon.png").exists()
 
 
 def _column(path, name):

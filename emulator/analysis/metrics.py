@@ -108,6 +108,7 @@ def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target:
         "cancelled": int(metrics["cancelled"].sum()) if "cancelled" in metrics else math.nan,  # not in older runs
         "snapshot_share": snapshot_share(metrics),
         **bias_stats(metrics),
+        **privacy_stats(metrics),
     }
     if target is not None:
         reach = time_to_accuracy(metrics, target)
@@ -116,6 +117,15 @@ def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target:
         stats = participation_stats(participation)
         row.update({"gini_reports": stats["gini_reports"], "never_reported": stats["never_reported"]})
     return row
+
+
+def privacy_stats(metrics: pd.DataFrame) -> dict:
+    """A private run's final epsilon: the nominal one (uniform Poisson cohorts assumed) and the sampling-free
+    bound of the device that reported most (empty for a run without privacy)."""
+    if "dp_epsilon" not in metrics or metrics["dp_epsilon"].isna().all():
+        return {}
+    return {"epsilon": float(metrics["dp_epsilon"].dropna().iloc[-1]),
+            "epsilon_device": float(metrics["dp_epsilon_device_max"].dropna().iloc[-1])}
 
 
 # Student's t, 97.5% quantile, by degrees of freedom. Between entries the one for fewer degrees of freedom

@@ -30,6 +30,8 @@ COLUMNS = {  # table column -> (heading, format)
     "label_tv_excess": ("TV over floor", "{:.3f}"),
     "unseen_share": ("data never seen", "{:.1%}"),
     "worst_class_acc": ("worst class acc", "{:.4f}"),
+    "epsilon": ("epsilon (nominal)", "{:.2f}"),
+    "epsilon_device": ("epsilon, most-seen device", "{:.2f}"),
 }
 
 
