@@ -85,8 +85,8 @@ def table(root: Path) -> int:
     print(f"\n### Accuracy (%) at round {main[0]['rows'][-1]['round']} and at {equal_time / 3600:.2f} simulated "
           "hours (mean ± sd over seeds), epsilon for delta 1e-4, upload GB to that time\n")
     print("| setting | algorithm | acc, equal rounds | acc, equal time | sim hours | epsilon (nominal) | "
-          "epsilon, most-seen phone (reports) | GB up, equal time | unseen |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "epsilon, most-seen phone (reports) | GB up, equal time | unseen | worst class acc |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for setting in SETTINGS:
         for algorithm in ALGORITHMS:
             group = [r for r in main if (r["setting"], r["algorithm"]) == (setting, algorithm)]
@@ -100,10 +100,11 @@ def table(root: Path) -> int:
             most = _mean([_last(r["rows"], "dp_max_participation") for r in group])
             gb = _mean([_total(r["rows"], "bytes_up", equal_time) / 1e9 for r in group])
             unseen = _mean([_number(r["rows"][-1].get("unseen_share")) for r in group])
+            worst_class = _mean([_number(r["rows"][-1].get("worst_class_acc")) for r in group])
             privacy = "-" if epsilon != epsilon else f"{epsilon:.2f}"
             worst = "-" if device != device else f"{device:.1f} ({most:.0f})"
             print(f"| {setting} | {algorithm} (n={len(group)}) | {_mean_sd(final)} | {_mean_sd(at_time)} | "
-                  f"{hours:.2f} | {privacy} | {worst} | {gb:.3f} | {unseen:.2f} |")
+                  f"{hours:.2f} | {privacy} | {worst} | {gb:.3f} | {unseen:.2f} | {100 * worst_class:.1f} |")
     secure = [r for r in runs if r["setting"] in SECURE or (r["setting"] == "no-dp" and r["algorithm"] == "fedavg")]
     if any(r["setting"] in SECURE for r in secure):
         print("\n### Secure aggregation around FedAvg: per round, mean over rounds and seeds\n")
