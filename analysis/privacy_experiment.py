@@ -14,6 +14,7 @@ most-participating phone), upload bytes, and the secure-aggregation costs.
 from __future__ import annotations
 
 import argparse
+import math
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,10 @@ def _total(rows: list[dict], column: str, end_s: float | None = None) -> float:
     return sum(float(r[column]) for r in rows if end_s is None or float(r["sim_time_s"]) <= end_s + 1e-9)
 
 
+def _cell(value: float, digits: int) -> str:
+    return "-" if value != value else f"{value:.{digits}f}"
+
+
 def table(root: Path) -> int:
     runs = _runs(root)
     if not runs:
@@ -118,13 +123,15 @@ def table(root: Path) -> int:
             every = [x for r in group for x in r["rows"]]
 
             def mean(column):
-                return _mean([_number(x.get(column)) for x in every])
+                value = _mean([_number(x.get(column)) for x in every])
+                return math.nan if value != value else value
 
             aborted = sum(int(_number(x.get("secagg_aborted")) or 0) for x in every if x.get("secagg_aborted"))
             print(f"| {setting} | {_mean_sd([_number(r['rows'][-1]['test_acc']) for r in group])} | "
-                  f"{mean('round_duration_s'):.1f} | {mean('secagg_setup_s'):.2f} | {mean('secagg_unmask_s'):.2f} | "
-                  f"{mean('server_compute_s'):.2f} | {mean('bytes_up') / 1e6:.1f} | {mean('bytes_down') / 1e6:.1f} | "
-                  f"{mean('secagg_field_bits'):.0f} | {aborted} |")
+                  f"{mean('round_duration_s'):.1f} | {_cell(mean('secagg_setup_s'), 2)} | "
+                  f"{_cell(mean('secagg_unmask_s'), 2)} | {mean('server_compute_s'):.2f} | "
+                  f"{mean('bytes_up') / 1e6:.1f} | {mean('bytes_down') / 1e6:.1f} | "
+                  f"{_cell(mean('secagg_field_bits'), 0)} | {aborted} |")
     return 0
 
 
