@@ -13,13 +13,10 @@ most-participating phone), upload bytes, and the secure-aggregation costs.
 """
 from __future__ import annotations
 
-import argparse
-import math
-import subprocess
 import sys
 from pathlib import Path
 
-from worlds_experiment import _accuracy_at, _mean, _mean_sd, _number, _runs
+from worlds_experiment import _accuracy_at, _mean, _mean_sd, _number, _runs, command_line, run_sweeps
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIO = ROOT / "scenarios" / "privacy" / "private_slow_tier.yaml"
@@ -50,21 +47,7 @@ def jobs() -> list[tuple[str, list[str]]]:
 
 
 def run(out: Path, seeds: int, parallel: int, rounds: int | None, only: list[str]) -> int:
-    for name, sets in jobs():
-        if only and not any(name.startswith(o) for o in only):
-            continue
-        target = out / name
-        if (target / "report.md").exists():
-            print(f"{name}: done already", flush=True)
-            continue
-        command = [sys.executable, "-m", "emulator", "sweep", str(SCENARIO), "--seeds", str(seeds),
-                   "--parallel", str(parallel), "--out", str(target), "--quiet"]
-        for item in sets + ([f"rounds={rounds}"] if rounds else []):
-            command += ["--set", item]
-        print(" ".join(command), flush=True)
-        if subprocess.call(command) != 0:
-            print(f"{name}: the sweep failed", flush=True)
-    return 0
+    return run_sweeps([(name, SCENARIO, sets, []) for name, sets in jobs()], out, seeds, parallel, rounds, only)
 
 
 def _last(rows: list[dict], column: str) -> float:
@@ -123,8 +106,7 @@ def table(root: Path) -> int:
             every = [x for r in group for x in r["rows"]]
 
             def mean(column):
-                value = _mean([_number(x.get(column)) for x in every])
-                return math.nan if value != value else value
+                return _mean([_number(x.get(column)) for x in every])
 
             aborted = sum(int(_number(x.get("secagg_aborted")) or 0) for x in every if x.get("secagg_aborted"))
             print(f"| {setting} | {_mean_sd([_number(r['rows'][-1]['test_acc']) for r in group])} | "
@@ -136,20 +118,7 @@ def table(root: Path) -> int:
 
 
 def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    commands = parser.add_subparsers(dest="command", required=True)
-    start = commands.add_parser("run", help="run the sweeps (skips those already done)")
-    start.add_argument("--out", type=Path, default=Path("runs/privacy"))
-    start.add_argument("--seeds", type=int, default=3)
-    start.add_argument("--parallel", type=int, default=2)
-    start.add_argument("--rounds", type=int, help="override the scenario's rounds (e.g. 3 for a smoke test)")
-    start.add_argument("--only", nargs="*", default=[], help="settings to run, e.g. dp-z1 secagg")
-    show = commands.add_parser("table", help="print the tables")
-    show.add_argument("root", type=Path)
-    args = parser.parse_args(argv)
-    if args.command == "run":
-        return run(args.out, args.seeds, args.parallel, args.rounds, args.only)
-    return table(args.root)
+    return command_line(argv, __doc__.splitlines()[0], run, table, "runs/privacy", 2, "dp-z1 secagg")
 
 
 if __name__ == "__main__":

@@ -45,14 +45,22 @@ def run(out: Path, seeds: int, parallel: int, rounds: int | None, only: list[str
     for regime, selection in REGIMES.items():
         for algorithm, sets in ALGORITHMS.items():
             jobs.append((f"fixed-{regime}/{algorithm}", "slow_tier_classes.yaml", FIXED + [selection] + sets, []))
-    for name, file, sets, grid in jobs:
+    return run_sweeps([(name, ROOT / "scenarios" / "worlds" / file, sets, grid) for name, file, sets, grid in jobs],
+                      out, seeds, parallel, rounds, only)
+
+
+def run_sweeps(jobs: list[tuple[str, Path, list[str], list[str]]], out: Path, seeds: int, parallel: int,
+               rounds: int | None, only: list[str]) -> int:
+    """One `emulator sweep` per (name, scenario, --set items, --grid items) into out/name, skipping those with
+    a report already and those `only` leaves out (names by prefix)."""
+    for name, scenario, sets, grid in jobs:
         if only and not any(name.startswith(o) for o in only):
             continue
         target = out / name
         if (target / "report.md").exists():
             print(f"{name}: done already", flush=True)
             continue
-        command = [sys.executable, "-m", "emulator", "sweep", str(ROOT / "scenarios" / "worlds" / file),
+        command = [sys.executable, "-m", "emulator", "sweep", str(scenario),
                    "--seeds", str(seeds), "--parallel", str(parallel), "--out", str(target), "--quiet"]
         for item in sets + ([f"rounds={rounds}"] if rounds else []):
             command += ["--set", item]
@@ -141,21 +149,26 @@ def table(root: Path) -> int:
     return 0
 
 
-def main(argv=None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def command_line(argv, description: str, run, table, out: str, parallel: int, only_example: str) -> int:
+    """`run` (the sweeps) and `table` (the tables) as subcommands: shared by the experiment scripts."""
+    parser = argparse.ArgumentParser(description=description)
     commands = parser.add_subparsers(dest="command", required=True)
     start = commands.add_parser("run", help="run the sweeps (skips those already done)")
-    start.add_argument("--out", type=Path, default=Path("runs/worlds"))
+    start.add_argument("--out", type=Path, default=Path(out))
     start.add_argument("--seeds", type=int, default=3)
-    start.add_argument("--parallel", type=int, default=3)
+    start.add_argument("--parallel", type=int, default=parallel)
     start.add_argument("--rounds", type=int, help="override every scenario's rounds (e.g. 5 for a smoke test)")
-    start.add_argument("--only", nargs="*", default=[], help="settings to run, e.g. block-cyclic fixed-beta")
+    start.add_argument("--only", nargs="*", default=[], help=f"settings to run, e.g. {only_example}")
     show = commands.add_parser("table", help="print the tables")
     show.add_argument("root", type=Path)
     args = parser.parse_args(argv)
     if args.command == "run":
         return run(args.out, args.seeds, args.parallel, args.rounds, args.only)
     return table(args.root)
+
+
+def main(argv=None) -> int:
+    return command_line(argv, __doc__.splitlines()[0], run, table, "runs/worlds", 3, "block-cyclic fixed-beta")
 
 
 if __name__ == "__main__":

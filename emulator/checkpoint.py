@@ -28,6 +28,9 @@ CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"
 # Fields that say how or where a run executes, not what it computes.
 NOT_RESULTS = ("name", "rounds", "runtime", "output")
 NOT_RESULTS_DATA = ("root", "download")
+# Sections that, switched off, leave a scenario's identity as it was before they existed (fingerprints,
+# `emulator report`'s experiment keys): their values when off.
+OFF_BY_DEFAULT = {"privacy": None, "secure_aggregation": None, "compression": {"kind": "none"}}
 
 
 class CheckpointError(ValueError):
@@ -47,8 +50,8 @@ def results_fields(scenario) -> dict:
     numerics = runtime.numerics() if runtime is not None else {}
     if numerics:  # bf16, vectorised groups compute other numbers; the defaults stay out (fingerprints as before)
         fields["runtime"] = numerics
-    for key, off in (("privacy", None), ("secure_aggregation", None), ("compression", {"kind": "none"})):
-        if key in fields and fields[key] == off:  # off: fingerprints as before these sections existed
+    for key, off in OFF_BY_DEFAULT.items():  # off: fingerprints as before these sections existed
+        if key in fields and fields[key] == off:
             del fields[key]
     population = fields.get("population", {})
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:

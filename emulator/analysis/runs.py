@@ -17,6 +17,8 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
+from emulator.checkpoint import OFF_BY_DEFAULT
+
 NOT_PART_OF_THE_EXPERIMENT = ("seed", "output", "runtime", "system.events")  # dotted paths into scenario.yaml
 
 
@@ -148,8 +150,8 @@ def experiment_key(run: Run) -> str:
             if not any(k == skip or k.startswith(skip + ".") for skip in NOT_PART_OF_THE_EXPERIMENT)}
     for key, value in _numerics(run.scenario.get("runtime") or {}).items():  # bf16, vectorise change results;
         flat[f"runtime.{key}"] = value  # the defaults (and runs from before those fields) keep their keys
-    for key, off in (("privacy", None), ("secure_aggregation", None), ("compression.kind", "none")):
-        if key in flat and flat[key] == off:  # off: the same key as runs from before these sections
+    for key, value in _flatten(OFF_BY_DEFAULT).items():  # off: the same key as runs from before these sections
+        if key in flat and flat[key] == value:
             del flat[key]
     flat["name"] = _base_name(run.name)
     return json.dumps(flat, sort_keys=True, default=str)

@@ -144,6 +144,7 @@ class SimulatedSystem(SystemModel):
         jitter = np.exp(self.compute_jitter * stream.standard_normal(len(devices))) if self.compute_jitter else 1.0
         compute = compute_seconds(request.samples_processed(devices), profiles.s_per_sample[devices], jitter)
         up = transfer_seconds(request.bytes_up, profiles.up_mbps[devices], profiles.latency_s[devices])
+        setup = None
         if request.secure is not None:  # key exchange first (everyone waits for the slowest), masking with training
             setup, masking = self._secure_work(devices, request)
             start_work = start + (setup if request.snapshot else setup.max(initial=0.0))
@@ -164,7 +165,7 @@ class SimulatedSystem(SystemModel):
             lost_at = np.minimum(lost_at, start + stream.exponential(3600.0 / self.dropout_per_hour, len(devices)))
         dropped = lost_at < finish
         return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
-                "dropped": dropped, "end": np.where(dropped, lost_at, finish)}
+                "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup}
 
     # ------------------------------------------------------------------------------------ secure aggregation
     def _secure_work(self, devices: np.ndarray, request: CohortRequest) -> tuple[np.ndarray, np.ndarray]:
@@ -210,7 +211,7 @@ class SimulatedSystem(SystemModel):
         down = int(started.sum()) * sum(stage.bytes_down for stage in setup)
         up = int(started.sum()) * sum(stage.bytes_up for stage in setup)
         graph = cost.neighbour_graph(n, secure.rng) if cost.neighbours(n) < n - 1 else None
-        columns = {"secagg_setup_s": float(self._stage_seconds(devices, setup, secure.device_slowdown).max(initial=0.0)),
+        columns = {"secagg_setup_s": float(plan["setup"].max(initial=0.0)),
                    "secagg_unmask_s": 0.0, "secagg_server_s": 0.0, "secagg_field_bits": cost.field_bits(n),
                    "secagg_aborted": 0}
         if failed:
