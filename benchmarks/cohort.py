@@ -1,4 +1,4 @@
-"""Cohort-vectorised local training (emulator/cohort.py) against one device at a time.
+"""Cohort-vectorised local training (emulator/training/cohort.py) against one device at a time.
 
 Two workloads of issue 14, each trained both ways from the same global model:
 - a 1000-report MLP round: the 2NN on Fashion-MNIST (random 28x28 images when the set is not installed),
@@ -35,10 +35,10 @@ import numpy as np
 import torch
 
 from emulator import params as param_vector
-from emulator.cohort import keep_freed_memory, train_cohort
+from emulator.training.cohort import keep_freed_memory, train_cohort
 from emulator.data.federation import ArrayDataset
-from emulator.models import build_model
-from emulator.training import LocalTraining, seeded_generator, set_torch_threads, train_locally
+from emulator.models.zoo import build_model
+from emulator.training.local import LocalTraining, seeded_generator, set_torch_threads, train_locally
 
 
 MALLOC = ("default", "heap")

@@ -25,7 +25,7 @@ import torch
 import torch.nn.functional as F
 
 from emulator.data.federation import ArrayDataset, Federation
-from emulator.models import build_model
+from emulator.models.zoo import build_model
 from emulator.scenario import validate_scenario
 
 TARGETS = {"cnn_fmnist": 1.3, "mlp": 2.0}

@@ -1,6 +1,6 @@
 """fp32 against bf16 (runtime.precision): the time of one local training step and of evaluation on this CPU.
 
-Each row runs the emulator's own code (emulator.training.train_locally and evaluate_by_class, with the
+Each row runs the emulator's own code (emulator.training.local.train_locally and evaluate_by_class, with the
 model prepared as runners prepare it) at one torch thread, as runners train: FAST's Fashion-MNIST CNN
 (cnn_fmnist) and the 200-200 MLP, a local step of batch 128 (SGD, dropout on), and an evaluation pass over
 10,000 test images (batch 1024). Variants: fp32; bf16 as the emulator runs it (autocast, a CNN's weights
@@ -25,9 +25,9 @@ import time
 
 import torch
 
-from emulator import precision as numerics
-from emulator.models import build_model
-from emulator.training import LocalTraining, evaluate_by_class, seeded_generator, train_locally
+from emulator.training import precision as numerics
+from emulator.models.zoo import build_model
+from emulator.training.local import LocalTraining, evaluate_by_class, seeded_generator, train_locally
 
 BATCH, SHAPE, CLASSES = 128, (1, 28, 28), 10
 TARGET = 2.5  # issue 14: the FAST CNN with bf16 at least 2.5x faster than fp32 on AVX512-BF16 / AMX

@@ -51,7 +51,7 @@ def plain_child(threads: int, rounds: int, participants: list[int] | None) -> No
     import torch.nn.functional as F
 
     from emulator.data import build_federation
-    from emulator.models import build_model
+    from emulator.models.zoo import build_model
     from emulator.scenario import load_scenario
     from emulator.seeding import torch_seed
 

@@ -32,9 +32,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from emulator import precision as numerics
+from emulator.training import precision as numerics
 from emulator.data.federation import Federation
-from emulator.models import build_model
+from emulator.models.zoo import build_model
 from emulator.params import flatten, load
 from emulator.scenario import validate_scenario
 from overhead import workload_data  # benchmarks/overhead.py: the same data, split over more devices

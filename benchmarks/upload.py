@@ -1,6 +1,6 @@
 """What privacy and compression add to a round's real (not simulated) time: the server's work per report.
 
-Each report passes through emulator/upload.py on the server: clipping (DP), encoding (QSGD, top-k, sign)
+Each report passes through emulator/uplink/pipeline.py on the server: clipping (DP), encoding (QSGD, top-k, sign)
 and, once a round, the noised release. This measures each on one update of the 200-200 MLP on 28x28 inputs
 (199,210 values), against the baseline it sits beside: one device's local training in the same process (10
 steps of batch 32, SGD, one torch thread, as runners train). A ratio of 0.1 means the server spends a tenth
@@ -22,11 +22,11 @@ import time
 import numpy as np
 import torch
 
-from emulator import compression as codec
-from emulator.aggregation import WeightedMean
-from emulator.models import build_model
-from emulator.privacy import DpFedAvg, clip
-from emulator.training import LocalTraining, seeded_generator, train_locally
+from emulator.uplink import compression as codec
+from emulator.aggregation.mean import WeightedMean
+from emulator.models.zoo import build_model
+from emulator.uplink.privacy import DpFedAvg, clip
+from emulator.training.local import LocalTraining, seeded_generator, train_locally
 
 SHAPE, CLASSES, SAMPLES = (1, 28, 28), 10, 320
 

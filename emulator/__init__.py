@@ -24,7 +24,7 @@ def __getattr__(name: str):
 
         return ScenarioError
     if name == "RunInterrupted":
-        from emulator.interrupts import RunInterrupted
+        from emulator.runtime.interrupts import RunInterrupted
 
         return RunInterrupted
     raise AttributeError(f"module 'emulator' has no attribute {name!r}")

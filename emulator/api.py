@@ -210,7 +210,7 @@ def run(scenario: ScenarioLike, *, overrides: Mapping[str, Any] | Iterable[str] 
     overrides = _override_list(overrides) + ([f"runtime.address={address}"] if address else [])
     scenario = _scenario(scenario, overrides, plugins, custom)
     from emulator.driver import run_scenario
-    from emulator.results import check_writable, default_run_dir
+    from emulator.recording.rundir import check_writable, default_run_dir
 
     federation = source = None
     if custom is not None:
@@ -347,8 +347,8 @@ def shutdown() -> None:
 # ------------------------------------------------------------------------------------------- helpers
 def _drive(scenario: Scenario, path: Path, progress, in_memory: bool, call) -> Run:
     """Run `call(on_round, stop)` with a progress display and Ctrl-C as a clean stop."""
-    from emulator.interrupts import stop_on_signals
-    from emulator.progress import progress_for
+    from emulator.runtime.interrupts import stop_on_signals
+    from emulator.recording.progress import progress_for
 
     callback = progress if callable(progress) else None
     display = progress_for(scenario, False if callback else progress)
@@ -466,7 +466,7 @@ def _scenario_file(scenario, tmp: Path) -> Path:
 
 
 def _notebook() -> bool:
-    from emulator.progress import in_notebook
+    from emulator.recording.progress import in_notebook
 
     return in_notebook()
 

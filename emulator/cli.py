@@ -66,8 +66,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from emulator.interrupts import RunInterrupted
-    from emulator.results import OutputError
+    from emulator.runtime.interrupts import RunInterrupted
+    from emulator.recording.rundir import OutputError
 
     try:
         if args.command == "validate":
@@ -104,8 +104,8 @@ def _validate(args) -> int:
 
 def _run(args) -> int:
     from emulator.driver import AlreadyFinished, resumable_scenario, resume_run, run_scenario
-    from emulator.interrupts import stop_on_signals
-    from emulator.progress import RunProgress, format_duration
+    from emulator.runtime.interrupts import stop_on_signals
+    from emulator.recording.progress import RunProgress, format_duration
 
     if (args.scenario is None) == (args.resume is None):
         raise ScenarioError("emulator run: give a scenario file, or --resume RUN_DIR (not both)")

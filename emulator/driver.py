@@ -22,13 +22,13 @@ from typing import Callable
 
 import ray
 
-from emulator import checkpoint as checkpoints
+from emulator.recording import checkpoint as checkpoints
 from emulator.data import build_federation
 from emulator.system.ties import check_world
 from emulator.data.federation import Federation
-from emulator.interrupts import RunInterrupted, StopRequest
-from emulator.plugins import innermost, module_files
-from emulator.results import NO_SPACE, OutputError, RunDirectory, check_writable
+from emulator.runtime.interrupts import RunInterrupted, StopRequest
+from emulator.parts.plugins import innermost, module_files
+from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
@@ -390,7 +390,7 @@ def _board(scenario: Scenario, directory: RunDirectory, rows: list[dict]):
     """TensorBoard event files beside metrics.csv (output.tensorboard), holding the rows kept so far."""
     if not scenario.output.tensorboard:
         return None
-    from emulator.tensorboard_log import TensorBoardLog
+    from emulator.recording.tensorboard import TensorBoardLog
 
     return TensorBoardLog(directory.path, history=rows)
 
@@ -467,7 +467,7 @@ def _check_local_precision(runtime) -> None:
         return
     import torch
 
-    from emulator import precision
+    from emulator.training import precision
 
     precision.require(runtime.precision, "cpu", "this machine")  # the server's CPU, and CPU runners'
     if runtime.num_gpus > 0 and torch.cuda.is_available():

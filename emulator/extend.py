@@ -21,7 +21,7 @@ across releases (a change is announced in the changelog first).
 """
 from __future__ import annotations
 
-from emulator.aggregation import WeightedMean, server_update
+from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, local_training_from
 from emulator.algorithms.selection import SelectionPolicy
@@ -31,9 +31,9 @@ from emulator.registry import (register_algorithm, register_availability, regist
 from emulator.scenario import (AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, FedAvgConfig,
                                ModelConfig, PartitionSettings, ScenarioError, SelectionSettings,
                                ServerOptimizerSettings, Strict)
-from emulator.server_optimizers import ServerOptimizer
+from emulator.aggregation.optimizers import ServerOptimizer
 from emulator.system.availability import AvailabilityModel
-from emulator.training import LocalTraining, TrainStats
+from emulator.training.local import LocalTraining, TrainStats
 
 __all__ = [
     "register_algorithm", "register_model", "register_dataset", "register_partition", "register_selection",

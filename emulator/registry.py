@@ -81,7 +81,7 @@ class Registry:
                                 f"needs a {self.tag!r} field")
 
     def get(self, name: str) -> Entry:
-        from emulator.plugins import load_entry_points
+        from emulator.parts.plugins import load_entry_points
 
         load_entry_points()
         try:
@@ -93,7 +93,7 @@ class Registry:
         return name in self._entries
 
     def names(self) -> list[str]:
-        from emulator.plugins import load_entry_points
+        from emulator.parts.plugins import load_entry_points
 
         load_entry_points()
         return sorted(self._entries)

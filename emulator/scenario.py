@@ -265,7 +265,7 @@ Selection = Plugged(SELECTIONS, SelectionSettings)
 # ---------------------------------------------------------------- server optimizers and rate schedules
 class ServerOptimizerSettings(Strict):
     """The base of every server optimizer's config (algorithm.server_optimizer); `kind` names it.
-    The math is emulator/server_optimizers.py (Reddi et al. 2021, Algorithm 2)."""
+    The math is emulator/aggregation/optimizers.py (Reddi et al. 2021, Algorithm 2)."""
 
     kind: str
 
@@ -307,7 +307,7 @@ ServerOptimizer = Plugged(SERVER_OPTIMIZERS, ServerOptimizerSettings)
 
 class ScheduleSettings(Strict):
     """The base of every rate schedule (client_lr_schedule, server_lr_schedule, ...): `kind` names it.
-    Rounds count from 1; the arithmetic and its edges are in emulator/schedules.py. Optional linear
+    Rounds count from 1; the arithmetic and its edges are in emulator/aggregation/schedules.py. Optional linear
     warm-up: rounds 1..W are scaled by s + (1 - s) r / W (s = warmup_start_factor), on top of the kind."""
 
     kind: str
@@ -395,7 +395,7 @@ class ClientTraining(Strict):
     sampling: Literal["without_replacement", "with_replacement"] = "without_replacement"
     weighting: Literal["uniform", "samples"] = "uniform"
     selection: Selection = UniformSelection()
-    client_lr_schedule: Optional[LrSchedule] = None  # client_lr round by round (emulator/schedules.py)
+    client_lr_schedule: Optional[LrSchedule] = None  # client_lr round by round (emulator/aggregation/schedules.py)
     server_lr_schedule: Optional[LrSchedule] = None  # server_lr round by round
     server_optimizer: Optional[ServerOptimizer] = None  # the server step (None: sgd, x + server_lr mean(delta))
 
@@ -519,7 +519,7 @@ class DataSharingConfig(FedAvgConfig):
 
 
 class StalenessSettings(Strict):
-    """s(d), how much an update d server versions old counts (emulator/staleness.py)."""
+    """s(d), how much an update d server versions old counts (emulator/aggregation/staleness.py)."""
 
     kind: Literal["constant", "polynomial", "hinge"] = "polynomial"
     a: float = Field(0.5, gt=0)  # polynomial: (1 + d)^-a; hinge: 1 / (a (d - b) + 1) past b
@@ -965,8 +965,8 @@ class RuntimeConfig(Strict):
     num_gpus: float = Field(0.0, ge=0)
     server_num_cpus: float = Field(0.0, ge=0)
     torch_threads: Optional[int] = Field(None, gt=0)
-    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/precision.py)
-    vectorise: bool = False  # train each group's devices at once (emulator/cohort.py) where the model allows
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/training/precision.py)
+    vectorise: bool = False  # train each group's devices at once (emulator/training/cohort.py) where the model allows
     group_size: Optional[int] = Field(None, gt=0)  # devices per runner task; None: from the round's reports
 
     def numerics(self) -> dict:
@@ -1100,7 +1100,7 @@ Compression = Annotated[Union[NoCompression, QsgdCompression, TopKCompression, S
 
 class SecureAggregationConfig(Strict):
     """SecAgg (Bonawitz et al. 2017) or SecAgg+ (Bell et al. 2020) as a cost: its round trips, masked upload and
-    unmasking are charged to the clock and the byte counters; the aggregate is unchanged (emulator/secagg.py)."""
+    unmasking are charged to the clock and the byte counters; the aggregate is unchanged (emulator/uplink/secagg.py)."""
 
     kind: Literal["secagg", "secagg_plus"] = "secagg"
     threshold: Optional[Union[int, float]] = None  # t: an int, or a fraction of a device's share group; None: default
@@ -1119,7 +1119,7 @@ class SecureAggregationConfig(Strict):
 
 class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-    plugins: list[str] = Field(default_factory=list)  # modules that register parts (see emulator/plugins.py)
+    plugins: list[str] = Field(default_factory=list)  # modules that register parts (see emulator/parts/plugins.py)
     seed: int = Field(0, ge=0)
     rounds: int = Field(gt=0)
     data: DataConfig = Field(default_factory=DataConfig)
@@ -1573,7 +1573,7 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
 def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | None = None) -> Scenario:
     """A Scenario from plain data; the plugins it names are imported first (looked for in `search`, then
     on sys.path), so the parts they register validate like the built-ins."""
-    from emulator.plugins import load_plugins
+    from emulator.parts.plugins import load_plugins
 
     plugins = raw.get("plugins") if isinstance(raw, dict) else None
     if isinstance(plugins, list):

@@ -60,7 +60,7 @@ STATEFUL = {
 
 def comparable(path) -> list[dict]:
     """A run's metrics rows without the one column that may differ between identical runs."""
-    from emulator.results import read_metrics
+    from emulator.recording.rundir import read_metrics
 
     return [{k: v for k, v in row.items() if k != "wall_time_s"} for row in read_metrics(path)]
 

@@ -10,8 +10,8 @@ from emulator.algorithms import AlgorithmContext, build_algorithm
 from emulator.algorithms.fast import adapt_q
 from emulator.data import build_federation
 from emulator.driver import run_scenario
-from emulator.models import build_model
-from emulator.results import read_metrics
+from emulator.models.zoo import build_model
+from emulator.recording.rundir import read_metrics
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.scenario import validate_scenario
 from emulator.seeding import rng, torch_seed
@@ -211,7 +211,7 @@ def test_fedavgm_accumulates_server_momentum():
                                                                          "server_lr": 1.0}})
     algorithm = build_algorithm(scenario.algorithm, AlgorithmContext(10, np.full(10, 5), 2, seed=0))
     from emulator.algorithms.base import ClientUpdate
-    from emulator.training import TrainStats
+    from emulator.training.local import TrainStats
 
     x = np.zeros(2, dtype=np.float32)
     step = [ClientUpdate(0, 5, np.array([1.0, -2.0], np.float32), TrainStats(1, 0.0, 0.0))]

@@ -11,15 +11,15 @@ import pytest
 import torch
 
 from conftest import STATEFUL, small_scenario
-from emulator import bias
+from emulator.recording import bias
 from emulator.analysis import load_run, write_report
 from emulator.analysis import plots
 from emulator.data import build_federation
 from emulator.driver import resume_run, run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.scenario import validate_scenario
 from emulator.seeding import rng
-from emulator.training import evaluate, evaluate_by_class
+from emulator.training.local import evaluate, evaluate_by_class
 
 # 4 devices, 3 classes; device 3 holds no data. Population: [3, 5, 4] / 12.
 COUNTS = np.array([[2, 0, 2], [0, 4, 0], [1, 1, 2], [0, 0, 0]])

@@ -1,4 +1,4 @@
-"""Cohort-vectorised training (emulator/cohort.py) against the sequential path, device by device.
+"""Cohort-vectorised training (emulator/training/cohort.py) against the sequential path, device by device.
 
 The sequential reference is what the runner does per device: torch.manual_seed(seed), train_locally with
 seeded_generator(seed), the correction sliced by params.per_parameter, the result flattened. Tolerances
@@ -19,10 +19,10 @@ import torch
 from torch import nn
 
 from emulator import params as param_vector
-from emulator.cohort import batch_plan, supports, train_cohort
-from emulator.models import build_model
-from emulator.text_models import char_lstm
-from emulator.training import LocalTraining, seeded_generator, train_locally
+from emulator.training.cohort import batch_plan, supports, train_cohort
+from emulator.models.zoo import build_model
+from emulator.models.text import char_lstm
+from emulator.training.local import LocalTraining, seeded_generator, train_locally
 
 PARAM_TOL = 1e-5
 LOSS_TOL = 1e-5
@@ -295,8 +295,8 @@ def test_keep_freed_memory_in_a_process_of_its_own():
     import subprocess
     import sys
 
-    code = ("import torch; from emulator.cohort import keep_freed_memory, train_cohort; "
-            "from emulator.training import LocalTraining; assert keep_freed_memory(); "
+    code = ("import torch; from emulator.training.cohort import keep_freed_memory, train_cohort; "
+            "from emulator.training.local import LocalTraining; assert keep_freed_memory(); "
             "m = torch.nn.Linear(3, 2); x = torch.zeros(200000, 3); "
             "train_cohort(m, [x], [torch.zeros(200000, dtype=torch.int64)], "
             "[LocalTraining(lr=0.1, batch_size=100000, local_steps=2)], [1])")

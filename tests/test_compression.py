@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from emulator.compression import qsgd, sign, top_k
+from emulator.uplink.compression import qsgd, sign, top_k
 
 
 def test_qsgd_bytes_by_hand_and_unbiased():

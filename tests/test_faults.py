@@ -16,10 +16,10 @@ import ray
 import yaml
 
 from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
-from emulator import checkpoint as checkpoints
+from emulator.recording import checkpoint as checkpoints
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.scenario import validate_scenario
 
 EVENTS = {**STATEFUL, "system.events": True}
@@ -94,7 +94,7 @@ def test_a_failed_resume_leaves_a_finished_summary_intact(reference, tmp_path, c
 
 
 def test_a_finished_summary_is_never_replaced_by_one_holding_less(reference, tmp_path):
-    from emulator.results import OutputError, RunDirectory
+    from emulator.recording.rundir import OutputError, RunDirectory
 
     run = tmp_path / "run"
     shutil.copytree(reference, run)

@@ -14,8 +14,8 @@ from emulator.data.federation import ArrayDataset
 from emulator.data.leaf import (ALL_LETTERS, decode_text, encode_text, leaf_classes, leaf_input_shape, load_leaf,
                                 read_leaf_file)
 from emulator.scenario import ScenarioError
-from emulator.text_models import char_lstm
-from emulator.training import LocalTraining, as_device_tensors, evaluate, seeded_generator, train_locally
+from emulator.models.text import char_lstm
+from emulator.training.local import LocalTraining, as_device_tensors, evaluate, seeded_generator, train_locally
 from leaf_fixtures import SHAKESPEARE_TEXT, femnist_users, shakespeare_users, windows, write_leaf
 
 SIZES = {"writer_b": (5, 2), "writer_a": (3, 1), "writer_d": (1, 1), "writer_c": (4, 2), "writer_e": (6, 2)}

@@ -113,7 +113,7 @@ def test_plugin_import_problems_name_the_module_and_exit_2(tmp_path, capsys):
              "broken_plugin": "plugin broken_plugin: failed to import: RuntimeError: the plugin's own bug "
                               f"({tmp_path / 'broken_plugin.py'}:2)",
              "greedy_plugin": "plugin greedy_plugin: greedy_plugin: algorithm 'fedavg' is already registered by "
-                              "emulator.builtins"}
+                              "emulator.parts.builtins"}
     for module, expected in cases.items():
         assert main(["validate", str(scenario), "--plugin", module, "--quiet"]) == 2
         err = capsys.readouterr().err
@@ -147,7 +147,7 @@ def test_feddyn_follows_the_papers_update_rule():
     finally:
         sys.path.remove(str(EXAMPLE))
     from emulator.algorithms import AlgorithmContext, ClientUpdate
-    from emulator.training import TrainStats
+    from emulator.training.local import TrainStats
 
     alpha, m = 0.5, 4
     config = FedDynConfig(alpha=alpha, clients_per_round=2)
@@ -274,7 +274,7 @@ def test_the_tutorial_shows_the_example_files_as_they_are():
 def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_trips_its_state(name):
     """The contract the server relies on, checked for ours and for any plugin registered in this process."""
     from emulator.algorithms import AlgorithmContext, build_algorithm
-    from emulator.training import TrainStats
+    from emulator.training.local import TrainStats
 
     extra = {"fast": {"q": 0.5}, "fedasync": {"concurrency": 4},  # settings a name cannot do without
              "fedbuff": {"concurrency": 4, "buffer": 2}}.get(name, {})

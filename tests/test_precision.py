@@ -1,7 +1,7 @@
 """runtime.precision: fp32 (the default, unchanged) and bf16 (autocast, channels_last for CNNs).
 
 bf16 needs bf16 hardware: the tests that train in it skip on a CPU without AVX512-BF16 or AMX; the
-refusals are tested everywhere through the EMULATOR_FAKE_NO_BF16 testing hook (emulator/precision.py).
+refusals are tested everywhere through the EMULATOR_FAKE_NO_BF16 testing hook (emulator/training/precision.py).
 """
 import os
 import subprocess
@@ -12,15 +12,15 @@ import pytest
 import torch
 
 from conftest import FMNIST_DIR, ROOT, comparable, small_scenario
-from emulator import checkpoint as checkpoints
-from emulator import precision
+from emulator.recording import checkpoint as checkpoints
+from emulator.training import precision
 from emulator.driver import run_scenario
-from emulator.models import build_model
+from emulator.models.zoo import build_model
 from emulator.params import flatten, load
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.runtime.runner import DeviceRunner, RunContext
 from emulator.scenario import ScenarioError, validate_scenario
-from emulator.training import LocalTraining, evaluate_by_class, seeded_generator, train_locally
+from emulator.training.local import LocalTraining, evaluate_by_class, seeded_generator, train_locally
 
 needs_bf16 = pytest.mark.skipif(not precision.cpu_bf16(), reason="this CPU has no bf16 (AVX512-BF16 or AMX)")
 needs_fmnist = pytest.mark.skipif(not FMNIST_DIR.is_dir(), reason="Debian's dataset-fashion-mnist is not installed")

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 
-from emulator.privacy import DpFedAvg, clip, next_clip, noised_count_multiplier
-from emulator.privacy_accounting import NominalAccountant, sampling_free_epsilon
+from emulator.uplink.privacy import DpFedAvg, clip, next_clip, noised_count_multiplier
+from emulator.uplink.accounting import NominalAccountant, sampling_free_epsilon
 
 
 def test_clip_bounds_norm_keeps_direction_and_short_vectors():
@@ -197,7 +197,7 @@ def test_accountant_rejects_bad_config_naming_the_field(args, field):
 
 def test_emulator_imports_without_dp_accounting_and_says_how_to_get_it():
     code = ("import sys; sys.modules['dp_accounting'] = None\n"
-            "import emulator.privacy, emulator.privacy_accounting as pa\n"
+            "import emulator.uplink.privacy, emulator.uplink.accounting as pa\n"
             "try:\n    pa.NominalAccountant(1.0, 0.01, 1e-5)\n"
             "except ImportError as err:\n    print(err)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout

@@ -16,7 +16,7 @@ import yaml
 from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.runtime.pool import shared_runners
 from emulator.scenario import validate_scenario
 

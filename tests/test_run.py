@@ -7,7 +7,7 @@ import yaml
 from conftest import small_scenario
 from emulator.cli import main
 from emulator.driver import run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.scenario import ScenarioError, validate_scenario
 
 REQUIRED = ["round", "kind", "sim_time_s", "participants", "dropped", "bytes_down", "bytes_up", "train_loss",

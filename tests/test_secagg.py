@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from emulator.secagg import CryptoCosts, SecAggCost, Stage
+from emulator.uplink.secagg import CryptoCosts, SecAggCost, Stage
 
 
 def protocol_bytes(cost: SecAggCost, cohort: int) -> int:

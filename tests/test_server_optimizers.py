@@ -8,16 +8,16 @@ import numpy as np
 import pytest
 
 from conftest import comparable, small_scenario
-from emulator.aggregation import server_update
+from emulator.aggregation.mean import server_update
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.scenario import ScenarioError, load_scenario, validate_scenario
-from emulator.schedules import lr_at
-from emulator.server_optimizers import (AdaptiveServerOptimizer, ServerOptimizer, adagrad_second_moment,
+from emulator.aggregation.schedules import lr_at
+from emulator.aggregation.optimizers import (AdaptiveServerOptimizer, ServerOptimizer, adagrad_second_moment,
                                         adam_second_moment, build_server_optimizer, yogi_second_moment)
-from emulator.training import TrainStats
+from emulator.training.local import TrainStats
 
 # --------------------------------------------------------------------------- optimizers, by hand
 # x_0 = [1, -1], eta = 0.5, beta1 = beta2 = 0.5, tau = 1 (so v_{-1} = tau^2 = 1), and three mean deltas.

@@ -16,9 +16,12 @@ Scenarios marked `slow` (tens of seconds each) run in `make test` too; `-m "not 
 from __future__ import annotations
 
 import csv
+import json
+import os
 import pickle
 import struct
 import time
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -63,6 +66,51 @@ IDX_FILES = {
     ("emnist", "mnist"): ("emnist-mnist-", "test", 60000, 10000, 10),
 }
 CIFAR10_BATCHES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]  # 10,000 images each, 10 classes
+
+
+# The metrics of each scenario's two rounds as recorded from 2df6435 (before the code was reorganised into
+# packages): every column but wall_time_s, as the strings metrics.csv holds. A change that should not alter
+# results (a refactoring) must leave them bit-identical; one that does alter them re-records them on purpose:
+# EMULATOR_RECORD_FINGERPRINTS=1 python -m pytest tests/test_shipped_scenarios.py
+FINGERPRINTS = ROOT / "tests" / "fingerprints"
+RECORD = os.environ.get("EMULATOR_RECORD_FINGERPRINTS") == "1"
+
+
+def _fingerprint_file(path: Path) -> Path:
+    return FINGERPRINTS / (_name(path).replace("/", "__").removesuffix(".yaml") + ".json")
+
+
+def _cpu() -> str:
+    """The instruction set torch's kernels use: float results are bit-exact only between machines that share it."""
+    import torch
+
+    return torch.backends.cpu.get_cpu_capability()
+
+
+def _check_fingerprint(path: Path, run_dir: Path) -> None:
+    with open(run_dir / "metrics.csv", newline="") as handle:
+        rows = [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(handle)]
+    file = _fingerprint_file(path)
+    if RECORD:
+        FINGERPRINTS.mkdir(exist_ok=True)
+        file.write_text(json.dumps({"scenario": _name(path), "cpu": _cpu(), "rows": rows}, indent=1) + "\n")
+        return
+    assert file.is_file(), f"no fingerprint for {_name(path)}: record one (see FINGERPRINTS above)"
+    recorded = json.loads(file.read_text())
+    assert [list(r) for r in rows] == [list(r) for r in recorded["rows"]], "the metrics columns changed"
+    if recorded["cpu"] == _cpu():
+        assert rows == recorded["rows"]  # bit-identical: same strings in every column of both rounds
+        return
+    # Another instruction set rounds floats differently (torch picks kernels by CPU): what does not come from
+    # floating-point training must still match exactly, the rest to a relative 1e-3.
+    for got, want in zip(rows, recorded["rows"]):
+        for key, value in want.items():
+            try:
+                a, b = float(got[key]), float(value)
+            except ValueError:
+                assert got[key] == value, key
+                continue
+            assert a == b or abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-6), (key, got[key], value)
 
 
 def _name(path: Path) -> str:
@@ -115,7 +163,8 @@ def fake_data(tmp_path_factory):
     def make(dataset: str, split: str = "") -> Path:
         if (dataset, split) not in made:
             folder = root / f"{dataset}-{split}" if split else root / dataset
-            _write_fake_dataset(folder, dataset, split, np.random.default_rng(len(made)))
+            # seeded by the name, not the order asked, so a scenario's data (and fingerprint) is the same in any subset
+            _write_fake_dataset(folder, dataset, split, np.random.default_rng(zlib.crc32(folder.name.encode())))
             made[(dataset, split)] = folder
         return made[(dataset, split)]
 
@@ -157,3 +206,4 @@ def test_shipped_scenario_runs_two_rounds(path, ray_session, tmp_path, request):
     assert len(result.rows) == 2
     with open(result.path / "metrics.csv", newline="") as handle:
         assert [row["round"] for row in csv.DictReader(handle)] == ["1", "2"]
+    _check_fingerprint(path, result.path)

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from emulator.staleness import StalenessBuffer, fedasync_mix, staleness_weight
+from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
 
 
 def test_staleness_functions_by_hand():

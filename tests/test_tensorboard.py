@@ -7,7 +7,7 @@ from tensorboard.backend.event_processing import plugin_event_accumulator
 from tensorboard.backend.event_processing.event_accumulator import SCALARS, EventAccumulator
 from tensorboard.util import tensor_util
 
-from emulator.tensorboard_log import TensorBoardLog
+from emulator.recording.tensorboard import TensorBoardLog
 
 
 def metrics_row(r: int, **changes) -> dict:
@@ -154,7 +154,7 @@ def test_a_row_without_a_round_is_refused(tmp_path):
 
 
 def test_importing_the_module_does_not_load_tensorboard():
-    code = ("import sys, emulator.tensorboard_log; "
+    code = ("import sys, emulator.recording.tensorboard; "
             "print(sorted(m for m in sys.modules if m.startswith(('tensorboard', 'torch'))))")
     out = subprocess.run([sys.executable, "-W", "error", "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]" and out.stderr == ""
@@ -163,7 +163,7 @@ def test_importing_the_module_does_not_load_tensorboard():
 def test_a_run_writes_its_metrics_to_tensorboard_and_a_resume_shows_each_round_once(ray_session, tmp_path):
     from conftest import STATEFUL, small_scenario
     from emulator.driver import resume_run, run_scenario
-    from emulator.results import read_metrics
+    from emulator.recording.rundir import read_metrics
     from emulator.scenario import validate_scenario
 
     def stop_after_round_5(row):

@@ -13,7 +13,7 @@ import ray
 from conftest import small_scenario
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
-from emulator.results import read_metrics
+from emulator.recording.rundir import read_metrics
 from emulator.runtime.pool import RunnerPool, release_shared_runners
 from emulator.scenario import validate_scenario
 

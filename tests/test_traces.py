@@ -12,7 +12,7 @@ import pytest
 import yaml
 
 from conftest import ROOT, small_scenario
-from emulator.checkpoint import fingerprint
+from emulator.recording.checkpoint import fingerprint
 from emulator.cli import main
 from emulator.scenario import ScenarioError, load_scenario, validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
@@ -390,7 +390,7 @@ def test_shipped_examples_load_and_regenerate_byte_for_byte(tmp_path):
 
 def test_two_rounds_with_fedscale_availability_and_capacity(ray_session, tmp_path):
     from emulator.driver import run_scenario
-    from emulator.results import read_metrics
+    from emulator.recording.rundir import read_metrics
 
     dump(tmp_path / "behave.pkl", {k: {"active": [0, 5000], "inactive": [3000 + 10 * k, 8000], "finish_time": 9000}
                                    for k in range(30)})

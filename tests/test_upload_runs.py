@@ -103,7 +103,7 @@ def test_dp_epsilon_each_round_is_the_accounting_library_s(ray_session, tmp_path
     counts = np.loadtxt(path / "participation.csv", delimiter=",", skiprows=1, usecols=_column(path, "reported"))
     last = table[-1]
     assert int(last["dp_max_participation"]) == int(counts.max())
-    import emulator.privacy_accounting as accounting
+    import emulator.uplink.accounting as accounting
     assert float(last["dp_epsilon_device_max"]) == pytest.approx(
         accounting.sampling_free_epsilon(1.0, int(counts.max()), 1e-4))
     per_device = np.loadtxt(path / "participation.csv", delimiter=",", skiprows=1, usecols=_column(path, "dp_epsilon"))
@@ -154,7 +154,7 @@ CALM = {"system.over_selection": 1.0, "population.compute": {"kind": "lognormal"
 
 @pytest.mark.parametrize("kind", ["secagg", "secagg_plus"])
 def test_secure_aggregation_leaves_the_aggregate_bit_identical_and_costs_time_and_bytes(ray_session, tmp_path, kind):
-    from emulator.secagg import SecAggCost
+    from emulator.uplink.secagg import SecAggCost
 
     plain = rows(run_scenario(validate_scenario(small_scenario(**CALM)), tmp_path / "plain").path)
     secure = rows(run_scenario(validate_scenario(small_scenario(

@@ -1,7 +1,7 @@
 """runtime.vectorise and runtime.group_size: devices trained in groups, one runner task per group.
 
 Grouping alone changes no number (a device trained one at a time gives the same update in any group);
-vectorised groups (emulator/cohort.py) agree with the sequential path within float32 rounding, and, since
+vectorised groups (emulator/training/cohort.py) agree with the sequential path within float32 rounding, and, since
 groups are cut from the device order and the round's report count, never from the runner count, give
 identical metrics with 1 runner or 3.
 """
@@ -12,14 +12,14 @@ import pytest
 import torch
 
 from conftest import comparable, small_scenario
-from emulator import checkpoint as checkpoints
-from emulator import precision
+from emulator.recording import checkpoint as checkpoints
+from emulator.training import precision
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
 from emulator.runtime.pool import GROUP_BYTES, MAX_GROUP, group_jobs
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.scenario import ScenarioError, validate_scenario
-from emulator.training import LocalTraining
+from emulator.training.local import LocalTraining
 
 SYSTEM = ["round", "selected", "participants", "dropped", "sim_time_s", "bytes_down", "bytes_up", "label_tv"]
 LOSS_TOL = 1e-4  # train/test loss, relative: the vectorised path differs from the sequential in the last bits

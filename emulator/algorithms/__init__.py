@@ -1,5 +1,5 @@
 """The algorithm interface and its built-in families (each in its own module). Names map to classes in
-emulator.registry.ALGORITHMS, where a plugin's algorithms go too (emulator/builtins.py registers ours)."""
+emulator.registry.ALGORITHMS, where a plugin's algorithms go too (emulator/parts/builtins.py registers ours)."""
 from __future__ import annotations
 
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan

@@ -14,7 +14,7 @@ import numpy as np
 
 from emulator.algorithms.base import ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
-from emulator.staleness import StalenessBuffer, fedasync_mix, staleness_weight
+from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
 
 
 @dataclass

@@ -14,7 +14,7 @@ from typing import Callable, Iterable
 import numpy as np
 
 from emulator.algorithms.selection import SelectionPolicy
-from emulator.training import LocalTraining, TrainStats
+from emulator.training.local import LocalTraining, TrainStats
 
 
 @dataclass(frozen=True)

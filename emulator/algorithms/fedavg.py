@@ -1,8 +1,8 @@
 """FedAvg with two-sided learning rates (Yang, Fang, Liu; ICLR 2021), and the hosts built on it:
 FedProx (a proximal term on the devices) and FedAvgM (server momentum).
 
-The server step goes through a server optimizer (emulator/server_optimizers.py: sgd, the default, or
-FedAdagrad / FedAdam / FedYogi), and every rate may follow a schedule (emulator/schedules.py): the rates of
+The server step goes through a server optimizer (emulator/aggregation/optimizers.py: sgd, the default, or
+FedAdagrad / FedAdam / FedYogi), and every rate may follow a schedule (emulator/aggregation/schedules.py): the rates of
 round r are a pure function of r, set when the round is planned and again when it is aggregated, so
 nothing about them needs saving; the optimizer's moments go into `state()`."""
 from __future__ import annotations
@@ -12,12 +12,12 @@ from typing import Iterable
 
 import numpy as np
 
-from emulator.aggregation import WeightedMean, server_update
+from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
-from emulator.schedules import lr_at
-from emulator.server_optimizers import build_server_optimizer
-from emulator.training import LocalTraining
+from emulator.aggregation.schedules import lr_at
+from emulator.aggregation.optimizers import build_server_optimizer
+from emulator.training.local import LocalTraining
 
 
 def local_training_from(config, **changes) -> LocalTraining:

@@ -19,7 +19,7 @@ import numpy as np
 
 from emulator.algorithms.fedavg import FedAvg, local_training_from
 from emulator.algorithms.safari import server_sgd
-from emulator.schedules import lr_at
+from emulator.aggregation.schedules import lr_at
 
 
 class Fsl(FedAvg):

@@ -13,7 +13,7 @@ from dataclasses import replace
 from emulator.algorithms.base import RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.seeding import rng
-from emulator.training import LocalTraining
+from emulator.training.local import LocalTraining
 
 
 def server_sgd(config, steps: int, lr: float) -> LocalTraining:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.aggregation import WeightedMean
+from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
 

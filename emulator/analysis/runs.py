@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from emulator.checkpoint import OFF_BY_DEFAULT
+from emulator.recording.checkpoint import OFF_BY_DEFAULT
 
 NOT_PART_OF_THE_EXPERIMENT = ("seed", "output", "runtime", "system.events")  # dotted paths into scenario.yaml
 

@@ -362,7 +362,7 @@ def _check_model(scenario, federation: Federation) -> None:
     instead of inside a Ray actor."""
     import torch
 
-    from emulator.models import build_model
+    from emulator.models.zoo import build_model
 
     train = federation.train
     try:
@@ -401,7 +401,7 @@ def public(entry: dict) -> dict:
 
 def write_record(run_dir: Path, entry: dict) -> None:
     """data.json (and users.csv: which user each device is) in a new run directory, atomically."""
-    from emulator.results import atomic_file, write_atomic
+    from emulator.recording.rundir import atomic_file, write_atomic
 
     write_atomic(Path(run_dir) / RECORD, json.dumps(public(entry), indent=2) + "\n")
     ids = entry.get("_user_ids")

@@ -14,15 +14,15 @@ import numpy as np
 import ray
 import torch
 
-from emulator import cohort
+from emulator.training import cohort
 from emulator import params as param_vector
-from emulator import precision as numerics
+from emulator.training import precision as numerics
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
-from emulator.models import build_model
-from emulator.plugins import guard, load_plugins
+from emulator.models.zoo import build_model
+from emulator.parts.plugins import guard, load_plugins
 from emulator.registry import MODELS
-from emulator.training import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
 
 
 @dataclass(frozen=True)
@@ -35,7 +35,7 @@ class RunContext:
     model_seed: int
     model_options: dict = field(default_factory=dict)  # the model's own options (scenario `model:` fields)
     plugins: tuple[str, ...] = ()  # modules to import before building anything (they register parts)
-    precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/precision.py)
+    precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/training/precision.py)
 
 
 def unbox(context_box: list) -> RunContext:
@@ -103,7 +103,7 @@ class DeviceRunner:
                     vectorise: bool = False) -> list[ClientUpdate]:
         """A group of devices' updates, in job order, from one call (one Ray task per group, not per device).
 
-        With `vectorise`, devices sharing an optimizer kind train at once (emulator/cohort.py), when the
+        With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
         if not vectorise or len(jobs) < 2:

@@ -12,25 +12,27 @@ import numpy as np
 import ray
 import torch
 
-from emulator import bias, cohort
+from emulator.recording import bias
+
+from emulator.training import cohort
 from emulator import params as param_vector
-from emulator import precision as numerics
+from emulator.training import precision as numerics
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
-from emulator.models import build_model
-from emulator.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
+from emulator.models.zoo import build_model
+from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
 from emulator.registry import ALGORITHMS
 from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, build_system
-from emulator.secagg import SecAggCost
+from emulator.uplink.secagg import SecAggCost
 from emulator.system.base import RoundOutcome, SecureAggregation
 from emulator.system.simulated import SECAGG_COLUMNS
-from emulator.upload import UploadPipeline
-from emulator.training import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
+from emulator.uplink.pipeline import UploadPipeline
+from emulator.training.local import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
@@ -65,7 +67,7 @@ class FederatedServer:
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
         self.upload = UploadPipeline(self.scenario, len(self.params))  # DP clipping and noise, compression
-        self.secagg = None  # secure aggregation's cost model (emulator/secagg.py)
+        self.secagg = None  # secure aggregation's cost model (emulator/uplink/secagg.py)
         if self.scenario.secure_aggregation is not None:
             config = self.scenario.secure_aggregation
             self.secagg = SecAggCost(config.kind, len(self.params), config.input_bits, config.threshold,

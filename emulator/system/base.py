@@ -11,7 +11,7 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.accounting import ParticipationLedger
+from emulator.system.accounting import ParticipationLedger
 from emulator.algorithms.selection import SelectionPolicy
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -19,11 +19,11 @@ _EMPTY = np.zeros(0, dtype=np.int64)
 
 @dataclass(frozen=True)
 class SecureAggregation:
-    """A round's secure aggregation, priced by `cost` (emulator/secagg.py): its key exchange before training,
+    """A round's secure aggregation, priced by `cost` (emulator/uplink/secagg.py): its key exchange before training,
     the masked upload, the unmasking after the round closes and the server's work. A device's crypto runs at
     `device_slowdown` x the reference core, times its own seconds per sample over the population's median."""
 
-    cost: object  # emulator.secagg.SecAggCost
+    cost: object  # emulator.uplink.secagg.SecAggCost
     device_slowdown: float
     rng: np.random.Generator  # SecAgg+'s neighbour ring
 

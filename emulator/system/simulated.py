@@ -26,7 +26,7 @@ import math
 import numpy as np
 import simpy
 
-from emulator.accounting import compute_seconds, transfer_seconds
+from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.seeding import rng
 from emulator.system.availability import AvailabilityMix

@@ -1,6 +1,6 @@
 """The emulator's own parts, registered exactly as a user's plugin registers its parts.
 
-This module is imported the first time a registry is asked for a name (emulator/plugins.py), so a
+This module is imported the first time a registry is asked for a name (emulator/parts/plugins.py), so a
 scenario validates against the same tables whether the part is ours or a plugin's. Each registration
 names the builder, the config class the scenario's section is validated with, and the facts the schema
 needs to check a scenario before anything runs.
@@ -14,13 +14,13 @@ from emulator.data.partition import partition_classes, partition_dirichlet, part
 from emulator.data.synthetic import generate_synthetic
 from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
 from emulator.data.vision import load_vision
-from emulator import models
+from emulator.models import zoo as models
 from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
                                register_partition, register_selection, register_server_optimizer)
-from emulator.server_optimizers import ServerOptimizer, adaptive
+from emulator.aggregation.optimizers import ServerOptimizer, adaptive
 from emulator.seeding import rng
 from emulator.system import availability
-from emulator.text_models import char_lstm
+from emulator.models.text import char_lstm
 
 # ----------------------------------------------------------------------------------------- algorithms
 register_algorithm("fedavg", fedavg.FedAvg, config=s.FedAvgConfig, client_dp=True)

@@ -4,7 +4,7 @@ A runner training one device at a time pays per-step overhead (autograd, the opt
 small model's arithmetic does not cover; here each parameter is stacked G times and one
 `vmap(grad(...))` over (stacked parameters, per-device minibatch) computes every device's gradient in
 one batched pass, then the optimizer update runs on the stacked tensors. Each device still follows
-`emulator.training.train_locally`:
+`emulator.training.local.train_locally`:
 
 - **Data order.** A device's minibatches are drawn from `seeded_generator(seed)` by the same walk through
   shuffled orders (`batch_plan`): same indices, same partial last batch of an epoch, same reshuffles.
@@ -55,8 +55,8 @@ from torch.func import functional_call, grad, vmap
 from torch.nn import functional as F
 from torch.nn.modules.batchnorm import _BatchNorm
 
-from emulator import precision as numerics
-from emulator.training import LocalTraining, TrainStats, seeded_generator
+from emulator.training import precision as numerics
+from emulator.training.local import LocalTraining, TrainStats, seeded_generator
 
 ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer keeps
 ADAM_EPS = 1e-8

@@ -20,7 +20,7 @@ import pickle
 from dataclasses import dataclass
 from pathlib import Path
 
-from emulator.results import atomic_file
+from emulator.recording.rundir import atomic_file
 
 FORMAT = "fl-emulator-checkpoint/1"
 CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"

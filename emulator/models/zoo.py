@@ -1,5 +1,5 @@
 """The model zoo. Input shape and class count come from the dataset, so one name fits many; names map to
-builders in emulator.registry.MODELS (emulator/builtins.py registers these; plugins add theirs)."""
+builders in emulator.registry.MODELS (emulator/parts/builtins.py registers these; plugins add theirs)."""
 from __future__ import annotations
 
 import math

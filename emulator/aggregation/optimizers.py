@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.aggregation import server_update
+from emulator.aggregation.mean import server_update
 
 
 # ------------------------------------------------------------------------------------ the pure math

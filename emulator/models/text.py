@@ -1,6 +1,6 @@
 """Models for text: sequences of integer token ids (N, T) in, one class per sequence out.
 
-Same signature style as emulator/models.py: `f(shape, classes, ...)`, with the input shape and the class
+Same signature style as emulator/models/zoo.py: `f(shape, classes, ...)`, with the input shape and the class
 count taken from the dataset (for LEAF's Shakespeare: shape (80,), 80 classes).
 """
 from __future__ import annotations

@@ -14,9 +14,9 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulator import compression as codec
-from emulator.aggregation import WeightedMean
-from emulator.privacy import clip
+from emulator.uplink import compression as codec
+from emulator.aggregation.mean import WeightedMean
+from emulator.uplink.privacy import clip
 from emulator.seeding import rng
 
 PRIVACY_COLUMNS = ("dp_clip", "dp_noise_std", "dp_unclipped_fraction", "dp_epsilon", "dp_sampling",
@@ -36,8 +36,8 @@ class UploadPipeline:
         self.dp = self.accountant = None
         privacy = scenario.privacy
         if privacy is not None:
-            from emulator.privacy import DpFedAvg
-            from emulator.privacy_accounting import NominalAccountant
+            from emulator.uplink.privacy import DpFedAvg
+            from emulator.uplink.accounting import NominalAccountant
 
             adaptive = privacy.clipping.kind == "adaptive"
             cohort = scenario.algorithm.clients_per_round
@@ -136,7 +136,7 @@ class UploadPipeline:
         sampling-free epsilon of the device that contributed most."""
         row, tally = {}, self._tally
         if self.dp is not None:
-            from emulator.privacy_accounting import sampling_free_epsilon
+            from emulator.uplink.accounting import sampling_free_epsilon
 
             release = tally.release or {}
             most = int(reported_counts.max()) if reported_counts is not None and len(reported_counts) else 0
@@ -153,7 +153,7 @@ class UploadPipeline:
     def device_epsilons(self, reported: np.ndarray) -> np.ndarray:
         """Each device's sampling-free epsilon: the Gaussian mechanism composed over the rounds it reported in,
         with no amplification by sampling (sound whatever the cohorts were, given who took part)."""
-        from emulator.privacy_accounting import sampling_free_epsilon
+        from emulator.uplink.accounting import sampling_free_epsilon
 
         counts, inverse = np.unique(np.asarray(reported), return_inverse=True)
         values = np.array([sampling_free_epsilon(self.dp.noise_multiplier, int(c), self.delta) for c in counts])

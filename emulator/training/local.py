@@ -9,7 +9,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from emulator import precision as numerics
+from emulator.training import precision as numerics
 
 
 @dataclass(frozen=True)
@@ -64,7 +64,7 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     are the same loop. All randomness comes from `generator` (and the caller's torch seed for dropout).
     `correction` (one tensor per parameter) is added to every gradient: SCAFFOLD's c - c_i.
     `precision` (runtime.precision): "bf16" runs the forward pass and loss under bf16 autocast, the
-    weights, gradients and optimizer staying float32 (emulator/precision.py).
+    weights, gradients and optimizer staying float32 (emulator/training/precision.py).
     """
     n = len(labels)
     steps = spec.steps_for(n)

@@ -33,7 +33,7 @@ def load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("emulator.builtins")
+        importlib.import_module("emulator.parts.builtins")
 
 
 def load_entry_points() -> None:
@@ -167,7 +167,7 @@ class GuardedAlgorithm:
         import numpy as np
 
         from emulator.algorithms.base import RoundPlan
-        from emulator.training import LocalTraining
+        from emulator.training.local import LocalTraining
 
         def bad(what: str, fix: str):
             raise PluginError(f"plugin {self._origin}: {self._part}'s {hook} returned {what}; {fix}")
@@ -186,7 +186,7 @@ class GuardedAlgorithm:
         elif hook == "plan_round" and not isinstance(result, RoundPlan):
             bad(type(result).__name__, "return an emulator.algorithms.RoundPlan")
         elif hook == "local_training" and not isinstance(result, LocalTraining):
-            bad(type(result).__name__, "return an emulator.training.LocalTraining")
+            bad(type(result).__name__, "return an emulator.training.local.LocalTraining")
         elif hook == "job_payload" and result is not None and (
                 not isinstance(result, np.ndarray) or result.shape != (self._num_params,)):
             bad(f"{type(result).__name__} {getattr(result, 'shape', '')}",

@@ -1,0 +1,3 @@
+"""Local training: one device's steps in plain PyTorch (`local.py`), a cohort of devices at once with
+torch.func (`cohort.py`), and numeric precision (`precision.py`: bf16 autocast, channels_last). No Ray.
+"""
