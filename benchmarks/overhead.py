@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.models.zoo import build_model
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 
 TARGETS = {"cnn_fmnist": 1.3, "mlp": 2.0}
 DEVICES, COHORT, STEPS, BATCH, LR = 100, 10, 10, 32, 0.01

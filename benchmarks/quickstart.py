@@ -52,7 +52,7 @@ def plain_child(threads: int, rounds: int, participants: list[int] | None) -> No
 
     from emulator.data import build_federation
     from emulator.models.zoo import build_model
-    from emulator.scenario import load_scenario
+    from emulator.parts import load_scenario
     from emulator.seeding import torch_seed
 
     torch.set_num_threads(threads)

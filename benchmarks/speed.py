@@ -36,7 +36,7 @@ from emulator.training import precision as numerics
 from emulator.data.federation import Federation
 from emulator.models.zoo import build_model
 from emulator.params import flatten, load
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 from overhead import workload_data  # benchmarks/overhead.py: the same data, split over more devices
 
 HERE = Path(__file__).resolve().parent

@@ -64,7 +64,7 @@ def measure(devices: int, rounds: int, tied: bool = False) -> dict:
     import numpy as np
 
     from emulator.algorithms.selection import Uniform
-    from emulator.scenario import validate_scenario
+    from emulator.parts import validate_scenario
     from emulator.system import CohortRequest, SimulatedSystem
 
     if devices == 0:

@@ -26,7 +26,8 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 import yaml
 
-from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, scenario_from, with_plugins
+from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, with_plugins
+from emulator.parts import scenario_from
 
 __all__ = ["run", "load", "sweep", "resume", "shutdown", "Run", "Sweep", "ScenarioError"]
 
@@ -74,7 +75,7 @@ class Run:
     @property
     def scenario(self) -> Scenario:
         """The resolved scenario the run used (scenario.yaml)."""
-        from emulator.scenario import load_scenario
+        from emulator.parts import load_scenario
 
         found = self.summary.get("plugin_paths") or []  # where its plugins were found when it ran
         return load_scenario(self.path / "scenario.yaml", search=[Path(p) for p in found])

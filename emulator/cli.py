@@ -8,7 +8,8 @@ import os
 import sys
 from pathlib import Path
 
-from emulator.scenario import ScenarioError, load_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import load_scenario
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 

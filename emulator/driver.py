@@ -1,9 +1,10 @@
 """One run, end to end: scenario -> federation -> Ray runners + server actor -> a run directory.
 
 The driver is the edge of the system: it builds the data, starts the actors, pulls one metrics row per
-round from the server actor and writes it to disk before asking for the next, and checkpoints the
-server's state every `output.checkpoint_every` rounds so that `resume_run` can continue a run that was
-interrupted, ending with the same metrics as if it never had been.
+round from the server actor and hands it to the run's `Recorder` (recording/recorder.py), which has it on
+disk before the next round is asked for and checkpoints the server's state every
+`output.checkpoint_every` rounds, so that `resume_run` can continue a run that was interrupted, ending
+with the same metrics as if it never had been.
 
 Everything that can refuse a run (a bad output path, a run directory in use, an edited scenario, a
 finished run) is checked before Ray starts. While a run goes, a stop request (Ctrl-C, SIGTERM) is
@@ -28,12 +29,14 @@ from emulator.system.ties import check_world
 from emulator.data.federation import Federation
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.parts.plugins import innermost, module_files
+from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
-from emulator.runtime.server import CLASS_ACCURACY, ServerActor
-from emulator.scenario import Scenario, ScenarioError, load_scenario
+from emulator.runtime.server import ServerActor
+from emulator.scenario import Scenario, ScenarioError
+from emulator.parts import load_scenario
 from emulator.seeding import torch_seed
 
 POLL_S = 0.1            # how often a waiting driver looks at its stop request
@@ -232,6 +235,16 @@ class _Server:
         if self.actor is not None:
             ray.kill(self.actor)
 
+    # what the Recorder pulls, when a round needs it (recorder.Source)
+    def events(self) -> list[tuple]:
+        return self.call("take_events")
+
+    def state(self) -> dict:
+        return self.call("get_state")
+
+    def participation(self, rounds: int) -> dict | None:
+        return ray.get(self.actor.participation_after.remote(rounds), timeout=5)
+
 
 def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
     try:
@@ -281,15 +294,15 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                     from emulator.data.custom import write_record
 
                     write_record(directory.path, start.data_source)
-                done, rows = 0, []
+                recorder, resumed_from = Recorder(directory, scenario, server), None
             else:
-                done = server.start(start.checkpoint.state) if start.checkpoint else 0
-                rows = directory.rewind(done)
+                resumed_from = server.start(start.checkpoint.state) if start.checkpoint else 0
+                recorder = Recorder(directory, scenario, server)
+                recorder.rewind(resumed_from)
                 # an extension (--set rounds) is part of the run's record
                 directory.write_scenario(scenario, header=_scenario_header(start.data_source))
-            resumed = start.directory is not None
-            summary = _loop(scenario, federation, directory, server, pool, rows, done if resumed else None,
-                            on_round, started, stop, notify, start.summary)
+            summary = _loop(scenario, federation, recorder, server, pool, resumed_from, on_round, started, stop,
+                            notify, start.summary)
         finally:
             server.kill()
             pool.shutdown()
@@ -298,60 +311,42 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
     return RunResult(directory.path, summary.pop("_rows"), summary)
 
 
-def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_round, started, stop, notify,
+def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, on_round, started, stop, notify,
           previous) -> dict:
+    """Ask the server for rounds until the scenario's last, handing each to `recorder`; restart a dead
+    server from the last checkpoint; set the summary's status (and error) however the run ends."""
+    before = recorder.rows  # the rounds already on record (a resume's)
     summary = {**previous, "name": scenario.name, "seed": scenario.seed, "status": "running",
-               "rounds": scenario.rounds, "rounds_completed": len(rows), "devices": federation.num_devices,
+               "rounds": scenario.rounds, "rounds_completed": len(before), "devices": federation.num_devices,
                "train_samples": int(federation.sizes.sum()), "server_samples": int(len(federation.server_indices)),
-               "test_samples": len(federation.test), "started_at": previous.get("started_at", _stamp(started)),
+               "test_samples": len(federation.test), "started_at": previous.get("started_at", stamp(started)),
                "host": platform.node(), "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
                "resumed_from_round": resumed_from}
     if scenario.plugins:  # where the plugins came from, so that a resume finds them again
         summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
     for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at"):
         summary.pop(stale, None)
-    if rows:
-        summary.update(_progress(rows))
-    every = scenario.output.checkpoint_every
     columns = server.call("get_columns")
-    clock_offset = float(rows[-1]["wall_time_s"]) if rows else 0.0
+    clock_offset = float(before[-1]["wall_time_s"]) if before else 0.0
     rounds_started = time.time()
-    restarts, furthest = 0, len(rows)
+    restarts, furthest = 0, len(before)
     if stop is not None:
         stop.deferred = True  # from here a signal stops the run at the next poll
-    board = None
     try:
-        _write_summary(directory, summary)
-        directory.open_metrics(columns)
-        board = _board(scenario, directory, rows)
-        while len(rows) < scenario.rounds:
+        recorder.start(columns, summary)
+        while len(recorder.rows) < scenario.rounds:
             try:
                 row = server.call("run_round", stop=stop)
-                r = int(row["round"])
                 row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
-                class_accuracy = row.pop(CLASS_ACCURACY, None)
-                if class_accuracy is not None:  # before the metrics row: a round on record has its classes
-                    directory.append_class_accuracy(r, row["sim_time_s"], class_accuracy)
-                directory.append(row)
-                if board is not None:
-                    board.append(row)
-                if scenario.system.events:
-                    directory.append_events(server.call("take_events"))
-                rows.append(row)
-                if (every and r % every == 0) or r == scenario.rounds:
-                    checkpoints.write(directory.path, server.call("get_state"), scenario)
+                recorder.record(row)  # on disk, checkpointed when due, in the summary's figures
             except ray.exceptions.RayActorError as exc:
                 restarts += 1
                 if restarts > SERVER_RESTARTS:
                     raise
-                rows = _restart(server, directory, columns, notify, exc)
-                if board is not None:
-                    board.close()
-                    board = _board(scenario, directory, rows)
+                _restart(server, recorder, notify, exc)
                 continue
-            if len(rows) > furthest:  # progress past every earlier death: the restarts start counting again
-                furthest, restarts = len(rows), 0
-            summary.update(_progress(rows))
+            if len(recorder.rows) > furthest:  # progress past every earlier death: the restarts start counting again
+                furthest, restarts = len(recorder.rows), 0
             if on_round:
                 on_round(row)
             if stop is not None and stop.is_set():
@@ -362,78 +357,39 @@ def _loop(scenario, federation, directory, server, pool, rows, resumed_from, on_
         full = isinstance(exc, OSError) and exc.errno in NO_SPACE
         summary["status"] = "interrupted" if interrupted or full else "failed"
         if full:
-            summary["error"] = f"disk full: {exc.strerror} ({exc.filename or directory.path})"
-            raise OutputError(f"{directory.path}: the disk is full ({exc.strerror}); every finished round is "
+            summary["error"] = f"disk full: {exc.strerror} ({exc.filename or recorder.path})"
+            raise OutputError(f"{recorder.path}: the disk is full ({exc.strerror}); every finished round is "
                               f"kept. Free some space, then continue with: emulator run --resume "
-                              f"{directory.path}") from None
+                              f"{recorder.path}") from None
         if not interrupted:
             summary["error"] = f"{type(exc).__name__}: {exc}"
             held = int(previous.get("rounds_completed") or 0)
-            if resumed_from is not None and previous and len(rows) <= held:
+            if resumed_from is not None and previous and len(recorder.rows) <= held:
                 # a resume that failed before getting past the rounds the summary held: it keeps what it
                 # held (status, data, timings), with a note of what went wrong
-                kept = {**previous, "resume_error": summary["error"], "resume_failed_at": _stamp(time.time())}
+                kept = {**previous, "resume_error": summary["error"], "resume_failed_at": stamp(time.time())}
                 summary.clear()
                 summary.update(kept, _keep=True)
         raise
     finally:
         if stop is not None:
             stop.deferred = False
-        if board is not None:
-            board.close()
-        _finish(directory, server, rows, summary, started, notify)
-    summary["_rows"] = rows
+        recorder.finish(started)
+    summary["_rows"] = recorder.rows
     return summary
 
 
-def _board(scenario: Scenario, directory: RunDirectory, rows: list[dict]):
-    """TensorBoard event files beside metrics.csv (output.tensorboard), holding the rows kept so far."""
-    if not scenario.output.tensorboard:
-        return None
-    from emulator.recording.tensorboard import TensorBoardLog
-
-    return TensorBoardLog(directory.path, history=rows)
-
-
-def _restart(server: _Server, directory: RunDirectory, columns, notify, exc) -> list[dict]:
+def _restart(server: _Server, recorder: Recorder, notify, exc) -> None:
     """The server actor died: start a new one from the last valid checkpoint and redo the rounds after
     it (deterministically, so the metrics come out the same)."""
-    point, notes = checkpoints.latest(directory.path)
+    point, notes = recorder.latest_checkpoint()
     for note in notes:
         notify(f"warning: {note}")
     done = point.round if point else 0
     notify(f"warning: the server actor died ({type(exc).__name__}); restarting it from "
            f"{f'the checkpoint after round {done}' if point else 'round 0'}")
     server.start(point.state if point else None)
-    rows = directory.rewind(done)
-    directory.open_metrics(columns)
-    return rows
-
-
-def _finish(directory: RunDirectory, server: _Server, rows, summary, started, notify) -> None:
-    """Write participation.csv (as of the last saved round) and the summary, whatever happened."""
-    try:
-        if rows or summary.get("status") == "completed":
-            participation = ray.get(server.actor.participation_after.remote(len(rows)), timeout=5)
-            if participation is not None:
-                directory.write_participation(participation)
-    except Exception as exc:
-        summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
-    if not summary.pop("_keep", False):
-        summary["finished_at"] = _stamp(time.time())
-        summary["wall_time_s"] = round(time.time() - started, 3)
-    _write_summary(directory, summary)
-    directory.close()
-
-
-def _write_summary(directory: RunDirectory, summary: dict) -> None:
-    try:
-        directory.write_summary({k: v for k, v in summary.items() if k != "_rows"})
-    except OutputError:
-        pass  # a finished run's fuller summary stays as it was
-    except OSError as exc:
-        if exc.errno not in NO_SPACE:
-            raise
+    recorder.rewind(done)
 
 
 def _remote(ref):
@@ -506,34 +462,5 @@ def plugin_environment(plugins: list[str]) -> dict | None:
         return upload_py_modules_if_needed({"py_modules": sorted(files.values())}, scratch_dir=scratch, **options)
 
 
-def _progress(rows: list[dict]) -> dict:
-    evaluated = [r for r in rows if r.get("test_acc") not in (None, "")]
-    last = rows[-1]
-    number = lambda v: float(v) if v not in (None, "") else None
-    return {
-        "rounds_completed": int(last["round"]),
-        "rounds_failed": sum(int(r["failed"]) for r in rows),
-        "sim_time_s": float(last["sim_time_s"]),
-        "bytes_down": sum(int(r["bytes_down"]) for r in rows),
-        "bytes_up": sum(int(r["bytes_up"]) for r in rows),
-        "final_test_acc": number(evaluated[-1]["test_acc"]) if evaluated else None,
-        "final_test_loss": number(evaluated[-1]["test_loss"]) if evaluated else None,
-        "best_test_acc": max(float(r["test_acc"]) for r in evaluated) if evaluated else None,
-        **_privacy_spent(last),
-    }
-
-
-def _privacy_spent(last: dict) -> dict:
-    """A private run's epsilon so far, with the assumption the nominal one makes (empty without privacy)."""
-    if last.get("dp_epsilon") in (None, ""):
-        return {}
-    return {"dp_epsilon": float(last["dp_epsilon"]), "dp_sampling": last.get("dp_sampling"),
-            "dp_epsilon_device_max": float(last["dp_epsilon_device_max"])}
-
-
 def _to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
-
-
-def _stamp(t: float) -> str:
-    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))

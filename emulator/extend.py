@@ -28,9 +28,8 @@ from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
 from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
                                register_partition, register_selection, register_server_optimizer)
-from emulator.scenario import (AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, FedAvgConfig,
-                               ModelConfig, PartitionSettings, ScenarioError, SelectionSettings,
-                               ServerOptimizerSettings, Strict)
+from emulator.scenario import AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, ModelConfig, PartitionSettings, ScenarioError, SelectionSettings, ServerOptimizerSettings, Strict
+from emulator.algorithms.fedavg import FedAvgConfig
 from emulator.aggregation.optimizers import ServerOptimizer
 from emulator.system.availability import AvailabilityModel
 from emulator.training.local import LocalTraining, TrainStats

@@ -2,7 +2,7 @@
 availability models, server optimizers) is looked up by name in one of these.
 
 The built-ins register through the same `register` a user's plugin calls, so nothing of ours takes a
-special path. An entry is a name, a factory, an optional pydantic config class (validated with the same
+special path. A registry never loads anything itself: the entry points fill it (emulator/parts/). An entry is a name, a factory, an optional pydantic config class (validated with the same
 YAML-path errors as the rest of a scenario) and a few facts the schema asks about (e.g. whether an
 algorithm needs server data). Names are unique: registering a taken name is an error naming both
 modules, so two plugins never silently shadow each other.
@@ -81,9 +81,6 @@ class Registry:
                                 f"needs a {self.tag!r} field")
 
     def get(self, name: str) -> Entry:
-        from emulator.parts.plugins import load_entry_points
-
-        load_entry_points()
         try:
             return self._entries[name]
         except KeyError:
@@ -93,12 +90,12 @@ class Registry:
         return name in self._entries
 
     def names(self) -> list[str]:
-        from emulator.parts.plugins import load_entry_points
-
-        load_entry_points()
         return sorted(self._entries)
 
     def unknown(self, name: Any) -> str:
+        if not self._entries:  # nothing loaded the parts: a caller below the entry points
+            return (f"{name!r}: no {self.kind} is registered yet; load the parts first with "
+                    "emulator.parts.load_parts() (the CLI, emulator.run and emulator.load do)")
         return (f"{name!r} is not a registered {self.kind}; choose one of {', '.join(self.names())} (a plugin "
                 "registers more: name its module under `plugins:` in the scenario or with --plugin)")
 

@@ -31,3 +31,21 @@ def torch_seed(seed: int, use: str, *keys: int | str) -> int:
     """A 63-bit integer seed for torch.Generator / torch.manual_seed for one use."""
     return int(seed_sequence(seed, use, *keys).generate_state(2, np.uint32).astype(np.uint64) @ np.array(
         [1 << 32, 1], dtype=np.uint64)) & ((1 << 63) - 1)
+
+
+def assign_by_share(shares: list[float], count: int, rng: np.random.Generator) -> np.ndarray:
+    """Group index per device: exactly round(share x count) devices per group (the largest remainders
+    get the leftovers), in random order."""
+    shares = np.asarray(shares, dtype=np.float64)
+    exact = shares / shares.sum() * count
+    sizes = np.floor(exact).astype(np.int64)
+    leftover = count - sizes.sum()
+    sizes[np.argsort(-(exact - sizes), kind="stable")[:leftover]] += 1
+    groups = np.repeat(np.arange(len(shares), dtype=np.uint8 if len(shares) < 256 else np.int32), sizes)
+    return rng.permutation(groups)
+
+
+def device_types(shares: list[float], devices: int, seed: int) -> np.ndarray:
+    """Each device's latent type (exactly round(share x devices) per type, in random order): one deal that
+    the partitioner (its data) and the system model (its behaviour) both read."""
+    return assign_by_share(shares, devices, rng(seed, "types")).astype(np.int64)

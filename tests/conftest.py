@@ -7,6 +7,12 @@ from pathlib import Path
 
 import pytest
 
+from emulator.parts import load_parts
+
+# The test session is an entry point like the CLI: it registers the built-in parts (and installed plugins)
+# once, so tests that build a part by name, or parametrise over a registry, see them at collection.
+load_parts()
+
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 

@@ -6,7 +6,7 @@ from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.algorithms import AlgorithmContext, ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
 from emulator.algorithms.selection import Uniform, distinct_in_draw_order
-from emulator.scenario import FedAvgConfig
+from emulator.algorithms.fedavg import FedAvgConfig
 from emulator.training.local import TrainStats
 
 STATS = TrainStats(steps=1, loss=0.0, accuracy=0.0)

@@ -13,7 +13,7 @@ from emulator.driver import run_scenario
 from emulator.models.zoo import build_model
 from emulator.recording.rundir import read_metrics
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, IdealSystem
 

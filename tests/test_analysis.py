@@ -19,7 +19,7 @@ from emulator.analysis.metrics import T_975, t_975
 from conftest import ROOT, small_scenario
 from emulator.cli import main
 from emulator.driver import run_scenario
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 
 
 @pytest.fixture(scope="module")

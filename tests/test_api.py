@@ -16,7 +16,8 @@ import yaml
 import emulator
 from conftest import STATEFUL, comparable, digest, small_scenario
 from emulator.cli import main
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 
 TESTS = Path(__file__).resolve().parent
 

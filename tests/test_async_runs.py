@@ -5,7 +5,8 @@ import pytest
 
 from conftest import comparable, small_scenario
 from emulator.driver import resume_run, run_scenario
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 
 WORLD = {"population.availability": [{"kind": "markov", "mean_on_s": 900, "mean_off_s": 900}],
          "population.dropout_per_hour": 2.0,

@@ -17,7 +17,7 @@ from emulator.analysis import plots
 from emulator.data import build_federation
 from emulator.driver import resume_run, run_scenario
 from emulator.recording.rundir import read_metrics
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 from emulator.seeding import rng
 from emulator.training.local import evaluate, evaluate_by_class
 

@@ -16,7 +16,8 @@ from emulator.data.partition import (partition, partition_classes, partition_dir
 from emulator.data.server_set import carve_server_set
 from emulator.data.synthetic import generate_synthetic
 from emulator.data.vision import read_idx
-from emulator.scenario import DataConfig, ScenarioError, ServerSetConfig, SyntheticConfig, load_scenario
+from emulator.scenario import DataConfig, ScenarioError, ServerSetConfig, SyntheticConfig
+from emulator.parts import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")

@@ -20,7 +20,7 @@ from emulator.recording import checkpoint as checkpoints
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
 from emulator.recording.rundir import read_metrics
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 
 EVENTS = {**STATEFUL, "system.events": True}
 

@@ -18,7 +18,8 @@ import yaml
 from conftest import ROOT, comparable, digest
 from emulator.cli import main
 from emulator.registry import ALGORITHMS, MODELS, Registry, RegistryError
-from emulator.scenario import ScenarioError, Strict, load_scenario, validate_scenario
+from emulator.scenario import ScenarioError, Strict
+from emulator.parts import load_scenario, validate_scenario
 
 EXAMPLE = ROOT / "examples" / "fedlab"
 

@@ -19,7 +19,8 @@ from emulator.models.zoo import build_model
 from emulator.params import flatten, load
 from emulator.recording.rundir import read_metrics
 from emulator.runtime.runner import DeviceRunner, RunContext
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 from emulator.training.local import LocalTraining, evaluate_by_class, seeded_generator, train_locally
 
 needs_bf16 = pytest.mark.skipif(not precision.cpu_bf16(), reason="this CPU has no bf16 (AVX512-BF16 or AMX)")

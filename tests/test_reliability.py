@@ -18,7 +18,7 @@ from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
 from emulator.recording.rundir import read_metrics
 from emulator.runtime.pool import shared_runners
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 
 BAD = sorted((Path(__file__).parent / "bad_scenarios").glob("*.yaml"))
 

@@ -8,7 +8,8 @@ from conftest import small_scenario
 from emulator.cli import main
 from emulator.driver import run_scenario
 from emulator.recording.rundir import read_metrics
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 
 REQUIRED = ["round", "kind", "sim_time_s", "participants", "dropped", "bytes_down", "bytes_up", "train_loss",
             "train_acc", "test_loss", "test_acc", "wall_time_s"]

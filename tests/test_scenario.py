@@ -8,7 +8,8 @@ import pytest
 import yaml
 
 from emulator.cli import main
-from emulator.scenario import ScenarioError, apply_overrides, load_scenario, validate_scenario
+from emulator.scenario import ScenarioError, apply_overrides
+from emulator.parts import load_scenario, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 

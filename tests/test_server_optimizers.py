@@ -13,7 +13,8 @@ from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
 from emulator.recording.rundir import read_metrics
-from emulator.scenario import ScenarioError, load_scenario, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import load_scenario, validate_scenario
 from emulator.aggregation.schedules import lr_at
 from emulator.aggregation.optimizers import (AdaptiveServerOptimizer, ServerOptimizer, adagrad_second_moment,
                                         adam_second_moment, build_server_optimizer, yogi_second_moment)

@@ -29,7 +29,7 @@ import pytest
 
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 from emulator.driver import run_scenario
-from emulator.scenario import load_scenario
+from emulator.parts import load_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").rglob("*.yaml"))

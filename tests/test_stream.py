@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from emulator.algorithms.selection import Uniform
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 from emulator.system import SimulatedSystem
 from emulator.system.stream import AsyncStream
 

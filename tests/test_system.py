@@ -7,7 +7,8 @@ import pytest
 
 from conftest import small_scenario
 from emulator.algorithms.selection import Uniform
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
 from emulator.system.availability import AvailabilityMix, read_trace
 

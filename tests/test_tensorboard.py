@@ -164,7 +164,7 @@ def test_a_run_writes_its_metrics_to_tensorboard_and_a_resume_shows_each_round_o
     from conftest import STATEFUL, small_scenario
     from emulator.driver import resume_run, run_scenario
     from emulator.recording.rundir import read_metrics
-    from emulator.scenario import validate_scenario
+    from emulator.parts import validate_scenario
 
     def stop_after_round_5(row):
         if row["round"] == 5:

@@ -15,7 +15,7 @@ from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
 from emulator.recording.rundir import read_metrics
 from emulator.runtime.pool import RunnerPool, release_shared_runners
-from emulator.scenario import validate_scenario
+from emulator.parts import validate_scenario
 
 
 def image_federation(devices=6, per_device=24, seed=0) -> Federation:

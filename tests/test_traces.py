@@ -14,7 +14,8 @@ import yaml
 from conftest import ROOT, small_scenario
 from emulator.recording.checkpoint import fingerprint
 from emulator.cli import main
-from emulator.scenario import ScenarioError, load_scenario, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import load_scenario, validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
 from emulator.system.availability import AvailabilityMix
 from emulator.algorithms.selection import Uniform
@@ -176,7 +177,7 @@ def test_lognormal_and_tier_draws_are_unchanged():
                                                                     {"share": 0.5, "s_per_sample": 0.2}]}),
                                    np.random.default_rng(1))
     rng = np.random.default_rng(1)
-    from emulator.system.profiles import assign_by_share
+    from emulator.seeding import assign_by_share
     tiers = assign_by_share([0.5, 0.5], 3, rng)
     assert np.array_equal(profiles.compute_tier, tiers)
     down = 20.0 * np.exp(0.5 * rng.standard_normal(3))

@@ -9,7 +9,8 @@ import pytest
 
 from conftest import STATEFUL, comparable, small_scenario
 from emulator.driver import resume_run, run_scenario
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 
 LOGREG_VALUES = 60 * 10 + 10  # logreg on the synthetic data: 60 features x 10 classes + biases
 

@@ -18,7 +18,8 @@ from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
 from emulator.runtime.pool import GROUP_BYTES, MAX_GROUP, group_jobs
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 from emulator.training.local import LocalTraining
 
 SYSTEM = ["round", "selected", "participants", "dropped", "sim_time_s", "bytes_down", "bytes_up", "label_tv"]

@@ -10,10 +10,12 @@ from emulator.algorithms.selection import Uniform
 from emulator.cli import main
 from emulator.data import build_federation, statistics
 from emulator.data.partition import partition_types
-from emulator.scenario import ScenarioError, validate_scenario
+from emulator.scenario import ScenarioError
+from emulator.parts import validate_scenario
 from emulator.seeding import rng
 from emulator.system import CohortRequest, SimulatedSystem
-from emulator.system.ties import World, check_world, device_types, loosened, rank_source, scaled
+from emulator.seeding import device_types
+from emulator.system.ties import World, check_world, loosened, rank_source, scaled
 
 COUNTS = np.array([[5, 5, 0, 0],  # two classes, evenly
                    [0, 0, 0, 8],  # one class
@@ -305,7 +307,7 @@ def test_a_rank_tie_on_the_network_moves_down_up_and_latency_together(counts):
 
 
 def test_a_tie_on_compute_from_a_capacity_file_keeps_each_phones_link(tmp_path):
-    from emulator.scenario import load_scenario
+    from emulator.parts import load_scenario
 
     path = "scenarios/worlds/trace_driven.yaml"
     tied, untied = load_scenario(path), load_scenario(path, ["population.ties=[]"])

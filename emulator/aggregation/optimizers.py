@@ -23,6 +23,43 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.aggregation.mean import server_update
+from typing import Literal
+
+from pydantic import Field
+
+from emulator.scenario import ServerOptimizerSettings
+
+
+class SgdServerOptimizer(ServerOptimizerSettings):
+    """x <- x + server_lr mean(delta): the plain step, as with no server_optimizer at all."""
+
+    kind: Literal["sgd"] = "sgd"
+
+
+class AdagradServerOptimizer(ServerOptimizerSettings):
+    """FedAdagrad: m <- b1 m + (1 - b1) d; v <- v + d^2; x <- x + server_lr m / (sqrt(v) + tau)."""
+
+    kind: Literal["adagrad"] = "adagrad"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
+
+
+class AdamServerOptimizer(ServerOptimizerSettings):
+    """FedAdam: as FedAdagrad with v <- b2 v + (1 - b2) d^2 (no bias correction, as in the paper)."""
+
+    kind: Literal["adam"] = "adam"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
+
+
+class YogiServerOptimizer(ServerOptimizerSettings):
+    """FedYogi: as FedAdam with v <- v - (1 - b2) d^2 sign(v - d^2), which grows v no faster than additively."""
+
+    kind: Literal["yogi"] = "yogi"
+    beta1: float = Field(0.9, ge=0, lt=1)
+    beta2: float = Field(0.99, ge=0, lt=1)
+    tau: float = Field(1e-3, gt=0)
 
 
 # ------------------------------------------------------------------------------------ the pure math

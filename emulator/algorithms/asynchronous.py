@@ -15,6 +15,45 @@ import numpy as np
 from emulator.algorithms.base import ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
+from pydantic import Field, model_validator
+from typing import Literal
+from emulator.scenario.base import ScenarioFieldError
+from emulator.scenario.training import (AsynchronousTraining)
+
+
+class FedAsyncConfig(AsynchronousTraining):
+    """FedAsync (Xie et al. 2019): each report mixed in at once with weight alpha s(d)."""
+
+    name: Literal["fedasync"] = "fedasync"
+    alpha: float = Field(0.6, gt=0, le=1)  # the mixing weight
+
+    @model_validator(mode="after")
+    def _no_server_step(self):
+        if self.server_optimizer is not None and self.server_optimizer.kind != "sgd":
+            raise ScenarioFieldError("algorithm.server_optimizer", "fedasync mixes each report into the model "
+                                     "(alpha s(d)) and takes no server optimizer step; leave it out, or use "
+                                     "fedbuff, whose buffered step takes one")
+        if self.server_lr_schedule is not None:
+            raise ScenarioFieldError("algorithm.server_lr_schedule", "fedasync has no server learning rate "
+                                     "(alpha is its mixing weight); leave it out")
+        return self
+
+
+class FedBuffConfig(AsynchronousTraining):
+    """FedBuff (Nguyen et al. 2022): a server step per `buffer` reports, staleness-weighted."""
+
+    name: Literal["fedbuff"] = "fedbuff"
+    buffer: int = Field(10, gt=0)  # K, reports per server update
+    server_lr: float = Field(1.0, gt=0)
+    normalisation: Literal["count", "weights", "none"] = "count"  # the buffer's sum / K, / sum of s(d), or as is
+
+    @model_validator(mode="after")
+    def _buffer_fits(self):
+        if self.buffer > self.concurrency:
+            raise ScenarioFieldError("algorithm.buffer", f"{self.buffer} reports per server update, but only "
+                                     f"{self.concurrency} devices train at once (algorithm.concurrency); lower "
+                                     "the buffer or raise the concurrency")
+        return self
 
 
 @dataclass

@@ -20,6 +20,36 @@ from emulator.algorithms.base import Algorithm, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
 from emulator.algorithms.selection import build_selection
 from emulator.seeding import rng
+from pydantic import Field, model_validator
+from typing import Literal, Optional
+from emulator.scenario.training import (ClientTraining, single_server_momentum)
+
+
+class FastConfig(ClientTraining):
+    """FAST: snapshot rounds (a uniform cohort from the whole population, waited for) with probability q,
+    or every `every` rounds, or adaptively (q_{r+1} = clip(q_r + lam (acc_{r-1} - acc_r), 0, 1)), on top of
+    a host algorithm; between snapshots the cohort follows `selection` and the devices' availability."""
+
+    name: Literal["fast"] = "fast"
+    host: Literal["fedavg", "fedprox", "fedavgm"] = "fedavg"
+    server_lr: float = Field(1.0, gt=0)
+    mu: float = Field(0.01, ge=0)  # host fedprox
+    momentum: float = Field(0.9, ge=0, lt=1)  # host fedavgm
+    q: Optional[float] = Field(None, ge=0, le=1)
+    every: Optional[int] = Field(None, gt=0)
+    adaptive: bool = False
+    lam: float = Field(1.0, ge=0)
+
+    @model_validator(mode="after")
+    def _schedule(self):
+        given = [x for x in (self.q is not None, self.every is not None, self.adaptive) if x]
+        if len(given) != 1:
+            raise ValueError("choose one snapshot schedule: q (a probability), every (every I-th round) or "
+                             "adaptive: true")
+        if self.host == "fedavgm":
+            single_server_momentum(self, "host fedavgm")
+        return self
+
 
 HOSTS = {"fedavg": FedAvg, "fedprox": FedProx, "fedavgm": FedAvgM}
 

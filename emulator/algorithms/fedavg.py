@@ -18,6 +18,37 @@ from emulator.algorithms.selection import build_selection
 from emulator.aggregation.schedules import lr_at
 from emulator.aggregation.optimizers import build_server_optimizer
 from emulator.training.local import LocalTraining
+from pydantic import Field, model_validator
+from typing import Literal
+from emulator.scenario.training import (ClientTraining, single_server_momentum)
+
+
+class FedAvgConfig(ClientTraining):
+    """FedAvg with two-sided learning rates (Yang et al., ICLR 2021): x <- x + server_lr * mean(delta)."""
+
+    name: Literal["fedavg"] = "fedavg"
+    server_lr: float = Field(1.0, gt=0)
+
+
+class FedProxConfig(ClientTraining):
+    """FedProx (Li et al.): devices add (mu / 2) ||w - x||^2 to their loss."""
+
+    name: Literal["fedprox"] = "fedprox"
+    server_lr: float = Field(1.0, gt=0)
+    mu: float = Field(0.01, ge=0)
+
+
+class FedAvgMConfig(ClientTraining):
+    """FedAvgM (Hsu et al.): server momentum, v <- beta v + mean(delta); x <- x + server_lr v."""
+
+    name: Literal["fedavgm"] = "fedavgm"
+    server_lr: float = Field(1.0, gt=0)
+    momentum: float = Field(0.9, ge=0, lt=1)
+
+    @model_validator(mode="after")
+    def _one_momentum(self):
+        single_server_momentum(self, "fedavgm")
+        return self
 
 
 def local_training_from(config, **changes) -> LocalTraining:

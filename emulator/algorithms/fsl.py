@@ -17,9 +17,49 @@ import math
 
 import numpy as np
 
-from emulator.algorithms.fedavg import FedAvg, local_training_from
+from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
 from emulator.algorithms.safari import server_sgd
 from emulator.aggregation.schedules import lr_at
+from pydantic import Field, model_validator
+from typing import Literal, Optional
+from emulator.scenario.base import ScenarioFieldError
+from emulator.scenario.training import (ClientTraining, LrSchedule, ServerTraining)
+
+
+class FslConfig(ClientTraining, ServerTraining):
+    """FSL (federated learning with server learning): after aggregating (x + eta_g mean(delta)), the server
+    runs K_0 SGD steps with lr gamma * eta_0 on its set. variant parallel is FSL-p: the server trains from
+    x_t as one more participant, weighted gamma against a device's 1."""
+
+    name: Literal["fsl"] = "fsl"
+    variant: Literal["incremental", "parallel"] = "incremental"
+    server_lr: float = Field(1.0, gt=0)  # eta_g
+    gamma: float = Field(1.0, ge=0)
+    server_steps: Optional[int] = Field(None, gt=0)  # K_0
+    server_epochs: Optional[int] = Field(None, gt=0)  # E_s passes over the server set instead
+    server_step_lr: Optional[float] = Field(None, gt=0)  # eta_0
+    couple: bool = True  # eta_0 = K eta_l eta_g / K_0 when server_step_lr is not given
+    server_step_lr_schedule: Optional[LrSchedule] = None  # eta_0 round by round (a coupled eta_0 follows eta_l, eta_g)
+
+    @model_validator(mode="after")
+    def _server_work(self):
+        if self.server_steps is not None and self.server_epochs is not None:
+            raise ValueError("give server_steps or server_epochs, not both")
+        if self.server_steps is None and self.server_epochs is None:
+            self.server_steps = self.local_steps or 10
+        if self.server_step_lr is None and not self.couple:
+            raise ValueError("give server_step_lr (eta_0), or set couple: true to derive it from K eta_l eta_g / K_0")
+        if self.server_step_lr_schedule is not None and self.server_step_lr is None:
+            raise ScenarioFieldError("server_step_lr_schedule", "schedules server_step_lr, which is not given: a "
+                                     "coupled eta_0 = K eta_l eta_g / K_0 already follows client_lr_schedule and "
+                                     "server_lr_schedule; give server_step_lr, or leave this out")
+        return self
+
+
+class DataSharingConfig(FedAvgConfig):
+    """DS (Zhao et al.): FedAvg where every device also trains on the server's set, appended to its data."""
+
+    name: Literal["ds"] = "ds"
 
 
 class Fsl(FedAvg):

@@ -14,6 +14,21 @@ from emulator.algorithms.base import RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.seeding import rng
 from emulator.training.local import LocalTraining
+from pydantic import Field
+from typing import Literal, Optional
+from emulator.scenario.training import (ClientTraining, LrSchedule, ServerTraining)
+
+
+class SafariConfig(ClientTraining, ServerTraining):
+    """SAFARI (server-assisted FedAvg): a client round with probability q (unweighted model average,
+    global lr 1), otherwise a server round of `server_steps` SGD steps on the server set with lr server_lr."""
+
+    name: Literal["safari"] = "safari"
+    q: float = Field(0.8, ge=0, le=1)
+    server_lr: float = Field(0.1, gt=0)
+    server_steps: int = Field(1, gt=0)
+    global_lr: float = Field(1.0, gt=0)
+    global_lr_schedule: Optional[LrSchedule] = None  # global_lr (the client rounds' server step) round by round
 
 
 def server_sgd(config, steps: int, lr: float) -> LocalTraining:

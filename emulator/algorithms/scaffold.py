@@ -13,6 +13,28 @@ import numpy as np
 from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
+from pydantic import Field, model_validator
+from typing import Literal
+from emulator.scenario.base import ScenarioFieldError
+from emulator.scenario.training import (ClientTraining)
+
+
+class ScaffoldConfig(ClientTraining):
+    """SCAFFOLD (Karimireddy et al.), option II control variates; devices send twice the bytes."""
+
+    name: Literal["scaffold"] = "scaffold"
+    server_lr: float = Field(1.0, gt=0)
+
+    @model_validator(mode="after")
+    def _plain_sgd(self):
+        if self.client_optimizer != "sgd" or self.client_momentum != 0:
+            raise ValueError("SCAFFOLD's control variates assume plain SGD on the devices: set client_optimizer: "
+                             "sgd and client_momentum: 0")
+        schedule = self.client_lr_schedule
+        if schedule is not None and schedule.kind == "cosine" and schedule.min_lr == 0:
+            raise ScenarioFieldError("client_lr_schedule.min_lr", "SCAFFOLD divides by the round's client_lr to "
+                                     "derive each device's control variate; give a min_lr above 0")
+        return self
 
 
 class Scaffold(FedAvg):

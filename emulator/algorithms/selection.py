@@ -12,6 +12,46 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import numpy as np
+from typing import Literal
+
+from pydantic import Field
+
+from emulator.scenario import SelectionSettings
+
+
+class UniformSelection(SelectionSettings):
+    """A uniform draw among the devices that checked in."""
+
+    kind: Literal["uniform"] = "uniform"
+    exclude: int = Field(0, ge=0)
+
+
+class BetaSelection(SelectionSettings):
+    """FAST's arbitrary participation: draw x ~ Beta(a, b), take device int(x * M), until the cohort is full."""
+
+    kind: Literal["beta"] = "beta"
+    a: float = Field(1.0, gt=0)
+    b: float = Field(10.0, gt=0)
+    exclude: int = Field(0, ge=0)
+
+
+class GammaSelection(SelectionSettings):
+    """FAST: x ~ Gamma(shape, scale), device int(x * M), draws at or past M rejected."""
+
+    kind: Literal["gamma"] = "gamma"
+    shape: float = Field(10.0, gt=0)
+    scale: float = Field(0.01, gt=0)
+    exclude: int = Field(0, ge=0)
+
+
+class WeibullSelection(SelectionSettings):
+    """FAST: x ~ scale * Weibull(shape), device int(x / divisor * M), draws at or past M rejected."""
+
+    kind: Literal["weibull"] = "weibull"
+    shape: float = Field(10.0, gt=0)
+    scale: float = Field(1.0, gt=0)
+    divisor: float = Field(1.2, gt=0)
+    exclude: int = Field(0, ge=0)
 
 
 class SelectionPolicy:

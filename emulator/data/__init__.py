@@ -8,7 +8,7 @@ from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.vision import DataUnavailableError, load_vision
 from emulator.scenario import DataConfig, ScenarioError
-from emulator.seeding import rng
+from emulator.seeding import device_types, rng
 
 
 def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> Federation:
@@ -54,8 +54,6 @@ def assemble_federation(data: DataConfig, devices: int, seed: int, types, train:
 def _split(train: ArrayDataset, devices: int, spec, seed: int, types) -> list[np.ndarray]:
     """The partition the scenario asks for; scheme types draws each device's data from its latent type."""
     if spec.scheme == "types":
-        from emulator.system.ties import device_types
-
         kinds = device_types([t.share for t in types], devices, seed)
         return partition_types(train.y, train.num_classes, types, kinds, spec.size_sigma, spec.min_samples,
                                rng(seed, "partition"))

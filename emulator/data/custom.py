@@ -26,7 +26,22 @@ import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.scenario import ScenarioError
-from emulator.seeding import rng
+from typing import Optional
+
+from pydantic import Field
+
+from emulator.scenario import DatasetOptions
+
+
+class MemoryOptions(DatasetOptions):
+    """Samples handed over from Python (emulator.run(data=...)): what the scenario can know of them."""
+
+    shape: list[int] = Field(min_length=1)  # one sample's shape
+    classes: int = Field(gt=0)
+    fingerprint: str  # SHA-256 of the arrays and their split: a resume must get the same data
+    form: str = "arrays"  # arrays, torch or huggingface
+    split: Optional[str] = None  # devices or users (the data's own split), None: data.partition dealt it
+
 
 RECORD = "data.json"      # where a run on in-memory data records it, beside scenario.yaml
 USERS = "users.csv"       # device -> user id, for a run split by users=

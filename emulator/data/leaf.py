@@ -37,6 +37,21 @@ import numpy as np
 from emulator.data.federation import ArrayDataset
 from emulator.data.vision import DataUnavailableError
 from emulator.seeding import rng
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from emulator.scenario import DatasetOptions
+
+
+class LeafOptions(DatasetOptions):
+    """LEAF's FEMNIST and Shakespeare (data.root holds LEAF's preprocessed train/ and test/ JSON files):
+    one device per user; `users` keeps that many (picked at random from the seed, or the first by id)."""
+
+    users: Optional[int] = Field(None, gt=0)
+    min_samples: int = Field(1, ge=1)
+    pick: Literal["random", "first"] = "random"
+
 
 LEAF_URL = "https://github.com/TalwalkarLab/leaf"
 LEAF_DATASETS = ("femnist", "shakespeare")

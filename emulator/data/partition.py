@@ -7,6 +7,55 @@ the caller can pass the message on to the user unchanged.
 from __future__ import annotations
 
 import numpy as np
+from typing import Literal
+
+from pydantic import Field
+
+from emulator.scenario import PartitionSettings
+
+
+class NaturalPartition(PartitionSettings):
+    """Each device keeps the data it was generated with (synthetic only)."""
+
+    scheme: Literal["natural"] = "natural"
+
+
+class IidPartition(PartitionSettings):
+    scheme: Literal["iid"] = "iid"
+
+
+class DirichletPartition(PartitionSettings):
+    """Label proportions per device ~ Dirichlet(alpha); smaller alpha, stronger label skew."""
+
+    scheme: Literal["dirichlet"] = "dirichlet"
+    alpha: float = Field(gt=0)
+    balanced: bool = False
+    min_samples: int = Field(1, ge=0)
+
+
+class ClassesPartition(PartitionSettings):
+    """Each device holds `classes_per_client` classes, sampled evenly within them (SAFARI / FSL)."""
+
+    scheme: Literal["classes"] = "classes"
+    classes_per_client: int = Field(gt=0)
+
+
+class ShardsPartition(PartitionSettings):
+    """McMahan et al.: sort by label, cut into shards, give each device `shards_per_client` of them."""
+
+    scheme: Literal["shards"] = "shards"
+    shards_per_client: int = Field(2, gt=0)
+
+
+class TypesPartition(PartitionSettings):
+    """Each device's data drawn from its latent type (population.types): a label mix ~ Dirichlet around the
+    type's labels or prototype, and an amount weighted by the type's `samples` (times a lognormal factor
+    with sigma size_sigma). A class's samples are shared among the types that hold it, so a device never
+    holds another type's classes; classes no type holds are left out."""
+
+    scheme: Literal["types"] = "types"
+    size_sigma: float = Field(0.0, ge=0)
+    min_samples: int = Field(1, ge=1)
 
 
 MAX_DIRICHLET_ATTEMPTS = 100

@@ -7,6 +7,20 @@ from __future__ import annotations
 
 import torch
 from torch import nn
+from typing import Literal
+
+from pydantic import Field
+
+from emulator.scenario import ModelConfig
+
+
+class CharLstmConfig(ModelConfig):
+    """LEAF's Shakespeare model: embedding, stacked LSTM, a linear layer to the vocabulary."""
+
+    name: Literal["char_lstm"] = "char_lstm"
+    embedding: int = Field(8, gt=0)
+    hidden: int = Field(256, gt=0)
+    layers: int = Field(2, gt=0)
 
 
 class CharLSTM(nn.Module):

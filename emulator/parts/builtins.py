@@ -7,32 +7,37 @@ needs to check a scenario before anything runs.
 """
 from __future__ import annotations
 
-from emulator import scenario as s
 from emulator.algorithms import asynchronous, fast, fedavg, fsl, safari, scaffold
 from emulator.algorithms import selection
-from emulator.data.partition import partition_classes, partition_dirichlet, partition_iid, partition_shards
+from emulator.data.partition import (ClassesPartition, DirichletPartition, IidPartition, NaturalPartition, ShardsPartition,
+                                     TypesPartition, partition_classes, partition_dirichlet, partition_iid,
+                                     partition_shards)
 from emulator.data.synthetic import generate_synthetic
+from emulator.data import custom, leaf
 from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
 from emulator.data.vision import load_vision
+from emulator.models import text as text_models
 from emulator.models import zoo as models
 from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
                                register_partition, register_selection, register_server_optimizer)
+from emulator.aggregation import optimizers as server_optimizers
 from emulator.aggregation.optimizers import ServerOptimizer, adaptive
 from emulator.seeding import rng
 from emulator.system import availability
+from emulator.errors import ScenarioError
 from emulator.models.text import char_lstm
 
 # ----------------------------------------------------------------------------------------- algorithms
-register_algorithm("fedavg", fedavg.FedAvg, config=s.FedAvgConfig, client_dp=True)
-register_algorithm("fedprox", fedavg.FedProx, config=s.FedProxConfig, client_dp=True)
-register_algorithm("fedavgm", fedavg.FedAvgM, config=s.FedAvgMConfig, client_dp=True)
-register_algorithm("scaffold", scaffold.Scaffold, config=s.ScaffoldConfig)
-register_algorithm("safari", safari.Safari, config=s.SafariConfig, needs_server_data=True, client_dp=True)
-register_algorithm("fsl", fsl.Fsl, config=s.FslConfig, needs_server_data=True, client_dp=True)
-register_algorithm("ds", fsl.DataSharing, config=s.DataSharingConfig, needs_server_data=True, client_dp=True)
-register_algorithm("fast", fast.Fast, config=s.FastConfig, client_dp=True)
-register_algorithm("fedasync", asynchronous.FedAsync, config=s.FedAsyncConfig)
-register_algorithm("fedbuff", asynchronous.FedBuff, config=s.FedBuffConfig)
+register_algorithm("fedavg", fedavg.FedAvg, config=fedavg.FedAvgConfig, client_dp=True)
+register_algorithm("fedprox", fedavg.FedProx, config=fedavg.FedProxConfig, client_dp=True)
+register_algorithm("fedavgm", fedavg.FedAvgM, config=fedavg.FedAvgMConfig, client_dp=True)
+register_algorithm("scaffold", scaffold.Scaffold, config=scaffold.ScaffoldConfig)
+register_algorithm("safari", safari.Safari, config=safari.SafariConfig, needs_server_data=True, client_dp=True)
+register_algorithm("fsl", fsl.Fsl, config=fsl.FslConfig, needs_server_data=True, client_dp=True)
+register_algorithm("ds", fsl.DataSharing, config=fsl.DataSharingConfig, needs_server_data=True, client_dp=True)
+register_algorithm("fast", fast.Fast, config=fast.FastConfig, client_dp=True)
+register_algorithm("fedasync", asynchronous.FedAsync, config=asynchronous.FedAsyncConfig)
+register_algorithm("fedbuff", asynchronous.FedBuff, config=asynchronous.FedBuffConfig)
 
 
 # --------------------------------------------------------------------------------------------- models
@@ -47,7 +52,7 @@ register_model("cnn_mnist", models.cnn_mnist, accepts=_shape((1, 28, 28)))
 register_model("cnn_cifar", models.cnn_cifar, accepts=_shape((3, 32, 32)))
 register_model("resnet18", models.resnet18,
                accepts=lambda shape: None if len(shape) == 3 else "needs image data (channels, height, width)")
-register_model("char_lstm", char_lstm, config=s.CharLstmConfig,
+register_model("char_lstm", char_lstm, config=text_models.CharLstmConfig,
                accepts=lambda shape: None if len(shape) == 1 else "reads sequences of token ids (length,)")
 
 
@@ -75,12 +80,12 @@ register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_s
 
 
 def _memory(data, devices: int, seed: int):
-    raise s.ScenarioError(f"data.dataset: memory: this run's samples ({data.options.form}, "
+    raise ScenarioError(f"data.dataset: memory: this run's samples ({data.options.form}, "
                           f"{data.options.fingerprint}) were handed over from Python and cannot be read back from "
                           "the scenario; run or resume it with emulator.run / emulator.resume(run_dir, data=...)")
 
 
-register_dataset("memory", _memory, config=s.MemoryOptions, natural=True,
+register_dataset("memory", _memory, config=custom.MemoryOptions, natural=True,
                  classes=lambda data: data.options.classes, input_shape=lambda data: tuple(data.options.shape))
 
 
@@ -92,7 +97,7 @@ def _leaf(name: str):
 
 
 for _name in LEAF_DATASETS:  # one device per LEAF user: a natural split
-    register_dataset(_name, _leaf(_name), config=s.LeafOptions, natural=True,
+    register_dataset(_name, _leaf(_name), config=leaf.LeafOptions, natural=True,
                      classes=lambda data, name=_name: leaf_classes(name),
                      input_shape=lambda data, name=_name: leaf_input_shape(name))
 
@@ -107,45 +112,45 @@ def _types(labels, num_classes, devices, spec, stream):
     raise ValueError("data.partition.scheme: 'types' needs population.types; it is built with them")
 
 
-register_partition("natural", _natural, config=s.NaturalPartition)
+register_partition("natural", _natural, config=NaturalPartition)
 register_partition("iid", lambda labels, num_classes, devices, spec, stream:
-                   partition_iid(len(labels), devices, stream), config=s.IidPartition)
+                   partition_iid(len(labels), devices, stream), config=IidPartition)
 register_partition("dirichlet", lambda labels, num_classes, devices, spec, stream: partition_dirichlet(
-    labels, num_classes, devices, spec.alpha, spec.balanced, spec.min_samples, stream), config=s.DirichletPartition)
+    labels, num_classes, devices, spec.alpha, spec.balanced, spec.min_samples, stream), config=DirichletPartition)
 register_partition("classes", lambda labels, num_classes, devices, spec, stream: partition_classes(
-    labels, num_classes, devices, spec.classes_per_client, stream), config=s.ClassesPartition)
+    labels, num_classes, devices, spec.classes_per_client, stream), config=ClassesPartition)
 register_partition("shards", lambda labels, num_classes, devices, spec, stream: partition_shards(
-    labels, devices, spec.shards_per_client, stream), config=s.ShardsPartition)
-register_partition("types", _types, config=s.TypesPartition)
+    labels, devices, spec.shards_per_client, stream), config=ShardsPartition)
+register_partition("types", _types, config=TypesPartition)
 
 
 # ---------------------------------------------------------------------------------- selection policies
 register_selection("uniform", lambda spec, devices, replace: selection.Uniform(replace=replace),
-                   config=s.UniformSelection)
+                   config=selection.UniformSelection)
 register_selection("beta", lambda spec, devices, replace: selection.BetaRegime(devices, a=spec.a, b=spec.b),
-                   config=s.BetaSelection)
+                   config=selection.BetaSelection)
 register_selection("gamma", lambda spec, devices, replace: selection.GammaRegime(
-    devices, shape=spec.shape, scale=spec.scale), config=s.GammaSelection)
+    devices, shape=spec.shape, scale=spec.scale), config=selection.GammaSelection)
 register_selection("weibull", lambda spec, devices, replace: selection.WeibullRegime(
-    devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor), config=s.WeibullSelection)
+    devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor), config=selection.WeibullSelection)
 
 
 # -------------------------------------------------------------------------------- availability models
 register_availability("always", lambda entry, members, stream, key, world: availability.Always(members),
-                      config=s.AlwaysAvailable)
+                      config=availability.AlwaysAvailable)
 register_availability("never", lambda entry, members, stream, key, world: availability.Never(members),
-                      config=s.NeverAvailable)
+                      config=availability.NeverAvailable)
 register_availability("markov", lambda entry, members, stream, key, world: availability.Markov(
     members, entry, stream, None if world is None else world.values("online_share", members)),
-    config=s.MarkovAvailability)
+    config=availability.MarkovAvailability)
 register_availability("diurnal", lambda entry, members, stream, key, world: availability.Diurnal(
-    members, entry, stream, key, world), config=s.DiurnalAvailability)
+    members, entry, stream, key, world), config=availability.DiurnalAvailability)
 register_availability("trace", lambda entry, members, stream, key, world: availability.Trace(
-    members, entry, stream, world), config=s.TraceAvailability)
+    members, entry, stream, world), config=availability.TraceAvailability)
 
 
 # ---------------------------------------------------------------------------------- server optimizers
-register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(), config=s.SgdServerOptimizer)
-register_server_optimizer("adagrad", adaptive, config=s.AdagradServerOptimizer)
-register_server_optimizer("adam", adaptive, config=s.AdamServerOptimizer)
-register_server_optimizer("yogi", adaptive, config=s.YogiServerOptimizer)
+register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(), config=server_optimizers.SgdServerOptimizer)
+register_server_optimizer("adagrad", adaptive, config=server_optimizers.AdagradServerOptimizer)
+register_server_optimizer("adam", adaptive, config=server_optimizers.AdamServerOptimizer)
+register_server_optimizer("yogi", adaptive, config=server_optimizers.YogiServerOptimizer)

@@ -17,7 +17,13 @@ from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
-from emulator.scenario import ScenarioError
+import numpy as np
+
+from emulator.algorithms.base import RoundPlan
+from emulator.training.local import LocalTraining
+
+from emulator.errors import ScenarioError
+from emulator.registry import RegistryError
 
 ENTRY_POINT_GROUP = "fl_emulator.plugins"
 _BUILTINS_LOADED = False
@@ -33,13 +39,14 @@ def load_builtins() -> None:
     global _BUILTINS_LOADED
     if not _BUILTINS_LOADED:
         _BUILTINS_LOADED = True
-        importlib.import_module("emulator.parts.builtins")
+        # imported when first needed, not with this module: it imports every algorithm, dataset and model,
+        # which `emulator --help` and a plugin module importing emulator.extend need not pay for
+        from emulator.parts import builtins  # noqa: F401  (registers at import)
 
 
 def load_entry_points() -> None:
     """Import every installed package's `fl_emulator.plugins` entry points, once per process."""
     global _ENTRY_POINTS_LOADED
-    load_builtins()
     if _ENTRY_POINTS_LOADED:
         return
     _ENTRY_POINTS_LOADED = True
@@ -56,9 +63,6 @@ def load_entry_points() -> None:
 def load_plugins(modules: list[str] | tuple[str, ...], search: list[Path] | tuple[Path, ...] = ()) -> None:
     """Import plugin modules by name, looking also in `search` (the scenario's directory, the working
     directory); a failure names the module and what went wrong, without a traceback."""
-    from emulator.registry import RegistryError
-
-    load_entry_points()
     for name in modules:
         if not isinstance(name, str) or not all(part.isidentifier() for part in name.split(".")):
             raise PluginError(f"plugins: {name!r} is not a module name; give a dotted module name such as "
@@ -164,11 +168,6 @@ class GuardedAlgorithm:
         return call
 
     def _check(self, hook: str, result) -> None:
-        import numpy as np
-
-        from emulator.algorithms.base import RoundPlan
-        from emulator.training.local import LocalTraining
-
         def bad(what: str, fix: str):
             raise PluginError(f"plugin {self._origin}: {self._part}'s {hook} returned {what}; {fix}")
 

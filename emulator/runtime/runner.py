@@ -20,7 +20,8 @@ from emulator.training import precision as numerics
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
 from emulator.models.zoo import build_model
-from emulator.parts.plugins import guard, load_plugins
+from emulator.parts.plugins import guard
+from emulator.parts.loading import load_parts
 from emulator.registry import MODELS
 from emulator.training.local import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
 
@@ -72,7 +73,7 @@ class DeviceRunner:
         if key not in self._runs:
             context = unbox(context_box)
             numerics.require(context.precision, self.device, f"a runner on {_host()} ({self.device.type})")
-            load_plugins(context.plugins)
+            load_parts(context.plugins)
             train = context.federation.train
             model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed,
                                 context.model_options)

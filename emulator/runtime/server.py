@@ -21,7 +21,8 @@ from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models.zoo import build_model
-from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin, load_plugins
+from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
+from emulator.parts.loading import load_parts
 from emulator.registry import ALGORITHMS
 from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
@@ -46,7 +47,7 @@ CLASS_ACCURACY = "_class_acc"  # a row's per-class test accuracies (evaluation r
 class FederatedServer:
     def __init__(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None):
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
-        load_plugins(scenario.get("plugins", []))  # before validating: plugins register the names it uses
+        load_parts(scenario.get("plugins", []))  # before validating: plugins register the names it uses
         self.scenario = Scenario.model_validate(scenario)
         self.context_box = context_box
         context = unbox(context_box)

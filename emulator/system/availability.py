@@ -17,8 +17,90 @@ import math
 import numpy as np
 
 from emulator.scenario import ScenarioError
-from emulator.system.profiles import assign_by_share
+from emulator.seeding import assign_by_share
 from emulator.system.traces import assign_rows, read_availability, read_trace  # noqa: F401 (read_trace: re-exported)
+from typing import Literal, Optional
+
+from pydantic import Field, model_validator
+
+from emulator.scenario import Strict
+from emulator.scenario import AvailabilitySettings
+
+
+class AlwaysAvailable(AvailabilitySettings):
+    kind: Literal["always"] = "always"
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+
+
+class NeverAvailable(AvailabilitySettings):
+    """Devices that never take part (they never check in)."""
+
+    kind: Literal["never"] = "never"
+    share: float = Field(gt=0, le=1)
+    name: Optional[str] = None
+
+
+class MarkovAvailability(AvailabilitySettings):
+    """On/off periods with exponential durations; the long-run online share is mean_on / (mean_on + mean_off)."""
+
+    kind: Literal["markov"] = "markov"
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+    mean_on_s: float = Field(gt=0)
+    mean_off_s: float = Field(gt=0)
+
+
+class TimeZones(Strict):
+    offsets_h: list[float] = Field(default_factory=lambda: [0.0], min_length=1)
+    shares: Optional[list[float]] = None
+
+    @model_validator(mode="after")
+    def _shares(self):
+        if self.shares is not None:
+            if len(self.shares) != len(self.offsets_h):
+                raise ValueError(f"shares has {len(self.shares)} entries, offsets_h has {len(self.offsets_h)}")
+            if any(x < 0 for x in self.shares) or abs(sum(self.shares) - 1) > 1e-6:
+                raise ValueError("shares must be non-negative and add up to 1")
+        if any(not -14 <= x <= 14 for x in self.offsets_h):
+            raise ValueError("offsets_h are hours from UTC, between -14 and 14")
+        return self
+
+
+class DiurnalAvailability(AvailabilitySettings):
+    """Online in a daily window of local time (e.g. 22:00 for 8 h, charging on Wi-Fi at night).
+
+    Each device's window starts at start_hour + a fixed offset in [-start_spread_h/2, start_spread_h/2]
+    plus a fresh N(0, jitter_h) shift every day, in the device's own time zone."""
+
+    kind: Literal["diurnal"] = "diurnal"
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+    start_hour: float = Field(22.0, ge=0, lt=24)
+    hours: float = Field(8.0, gt=0, le=24)
+    start_spread_h: float = Field(0.0, ge=0, le=24)
+    jitter_h: float = Field(0.0, ge=0)
+    timezones: TimeZones = TimeZones()
+
+
+class TraceAvailability(AvailabilitySettings):
+    """Online intervals from a trace file: a CSV (device_id, start_s, end_s) or FedScale's
+    client_behave_trace pickle (format: fedscale; each device's own finish_time is its period).
+
+    Population devices are mapped onto the trace's devices: device i plays trace device i mod T
+    (`assign: cycle`), a seeded random one (`assign: random`), or the one a tie in population.ties picks.
+    With repeat_s the trace repeats with that period. With fewer trace devices than population devices,
+    trace devices are reused, unless `reuse: false`, which makes that an error."""
+
+    kind: Literal["trace"] = "trace"
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+    file: str
+    format: Literal["csv", "fedscale"] = "csv"
+    repeat_s: Optional[float] = Field(None, gt=0)
+    assign: Literal["cycle", "random"] = "cycle"
+    reuse: bool = True
+
 
 INF = np.inf
 JITTER_BOUND = 6.0  # diurnal jitter is a normal clipped at 6 sigma, so a window's reach is bounded

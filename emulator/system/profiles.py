@@ -8,17 +8,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
-def assign_by_share(shares: list[float], count: int, rng: np.random.Generator) -> np.ndarray:
-    """Group index per device: exactly round(share x count) devices per group (the largest remainders
-    get the leftovers), in random order."""
-    shares = np.asarray(shares, dtype=np.float64)
-    exact = shares / shares.sum() * count
-    sizes = np.floor(exact).astype(np.int64)
-    leftover = count - sizes.sum()
-    sizes[np.argsort(-(exact - sizes), kind="stable")[:leftover]] += 1
-    groups = np.repeat(np.arange(len(shares), dtype=np.uint8 if len(shares) < 256 else np.int32), sizes)
-    return rng.permutation(groups)
+from emulator.seeding import assign_by_share
 
 
 @dataclass

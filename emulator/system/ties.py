@@ -24,8 +24,7 @@ import numpy as np
 
 from emulator.data import statistics
 from emulator.scenario import TYPE_BEHAVIOURS, ScenarioError, ScenarioFieldError
-from emulator.seeding import rng
-from emulator.system.profiles import assign_by_share
+from emulator.seeding import device_types, rng
 
 KEEP = -1  # an index value meaning "keep what the device drew"
 
@@ -81,12 +80,6 @@ def scaled(statistic: np.ndarray, low: float, high: float, shape: str = "linear"
         lo, hi = (span if span is not None else (s.min(), s.max()))
         x = np.clip((s - lo) / (hi - lo), 0.0, 1.0) if hi > lo else np.full(len(s), 0.5)
     return low + (high - low) * x
-
-
-def device_types(shares: list[float], devices: int, seed: int) -> np.ndarray:
-    """Each device's latent type (exactly round(share x devices) per type, in random order): the same for
-    the partitioner, which draws the device's data from it, and for the system model."""
-    return assign_by_share(shares, devices, rng(seed, "types")).astype(np.int64)
 
 
 # ---------------------------------------------------------------------------------------- the world

@@ -1,0 +1,127 @@
+"""The `data:` and `model:` sections: what the devices hold and what they train."""
+from __future__ import annotations
+
+from typing import Any, Literal, Optional
+
+from pydantic import BaseModel, SerializeAsAny, Field, ValidationInfo, field_validator, model_validator
+
+from emulator.registry import (DATASETS, PARTITIONS, Plugged)
+from emulator.scenario.base import ScenarioFieldError, Strict
+
+
+# ----------------------------------------------------------------------------------------------- data
+class SyntheticConfig(Strict):
+    """LEAF/FedProx synthetic(alpha, beta): alpha sets how much device models differ, beta how much inputs do."""
+
+    alpha: float = Field(1.0, ge=0)
+    beta: float = Field(1.0, ge=0)
+    iid: bool = False
+    dimension: int = Field(60, gt=0)
+    classes: int = Field(10, ge=2)
+    size_log_mean: float = 4.0
+    size_log_sigma: float = Field(1.0, ge=0)
+    min_samples: int = Field(10, ge=1)
+    max_samples: int = Field(1000, ge=1)
+    test_fraction: float = Field(0.2, gt=0, lt=1)
+
+    @model_validator(mode="after")
+    def _sizes(self):
+        if self.max_samples < self.min_samples:
+            raise ValueError("max_samples must be >= min_samples")
+        return self
+
+
+class PartitionSettings(Strict):
+    """The base of every partition scheme's config (data.partition); `scheme` names a registered one."""
+
+    scheme: str
+
+
+Partition = Plugged(PARTITIONS, PartitionSettings)
+
+
+class ServerSetConfig(Strict):
+    """The server's (auxiliary) data set, held out from the devices' data."""
+
+    size: int = Field(0, ge=0)
+    source: Literal["iid", "balanced", "clients"] = "iid"
+    clients: Optional[int] = Field(None, gt=0)
+
+    @model_validator(mode="after")
+    def _clients(self):
+        if self.source == "clients" and self.clients is None:
+            raise ValueError("source 'clients' needs 'clients': the number of devices the server set is drawn from")
+        if self.source != "clients" and self.clients is not None:
+            raise ValueError("'clients' only applies to source 'clients'")
+        return self
+
+
+class DatasetOptions(Strict):
+    """The base of a dataset's own options (data.options), for datasets that register a config class."""
+
+
+class DataConfig(Strict):
+    dataset: str = "synthetic"
+    root: Optional[str] = None
+    download: bool = False
+    emnist_split: Literal["balanced", "byclass", "bymerge", "digits", "letters", "mnist"] = "balanced"
+    synthetic: SyntheticConfig = SyntheticConfig()
+    partition: Optional[Partition] = None
+    server_set: ServerSetConfig = ServerSetConfig()
+    test_samples: Optional[int] = Field(None, gt=0)
+    options: Optional[SerializeAsAny[DatasetOptions]] = Field(None, validate_default=True)
+
+    @field_validator("dataset")
+    @classmethod
+    def _registered(cls, name: str) -> str:
+        if name not in DATASETS.names():
+            raise ValueError(DATASETS.unknown(name))
+        return name
+
+    @field_validator("options", mode="before")
+    @classmethod
+    def _options(cls, value: Any, info: ValidationInfo):
+        """Validated by the config class the dataset registered (none: the dataset takes no options)."""
+        name = info.data.get("dataset")
+        if name is None:
+            return value
+        config = DATASETS.get(name).config
+        if config is None:
+            if value:
+                raise ValueError(f"dataset {name} takes no options; remove data.options")
+            return None
+        if isinstance(value, config):
+            return value
+        return config.model_validate(value.model_dump() if isinstance(value, BaseModel) else value or {})
+
+    @model_validator(mode="before")
+    @classmethod
+    def _default_scheme(cls, data: Any):
+        if isinstance(data, dict) and data.get("partition") == {}:
+            data = {**data, "partition": None}
+        return data
+
+    @model_validator(mode="after")
+    def _partition(self):
+        natural = DATASETS.get(self.dataset).fact("natural", False)
+        if self.partition is None:
+            self.partition = PARTITIONS.get("natural" if natural else "iid").config()
+        if self.partition.scheme == "natural" and not natural:
+            others = [n for n in PARTITIONS.names() if n != "natural"]
+            raise ScenarioFieldError(
+                "data.partition.scheme", f"'natural' only exists for datasets that come split by user (such as "
+                f"synthetic); for {self.dataset} choose {', '.join(others)}")
+        return self
+
+
+class ModelConfig(Strict):
+    """The base of every model's config (`model:`, or just its name); `name` names a registered model.
+    A model that registers a config class of its own takes its options here (e.g. hidden sizes)."""
+
+    name: str = "logreg"
+
+    def options(self) -> dict:
+        """The model's own options: what its builder receives as keyword arguments."""
+        return self.model_dump(exclude={"name"})
+
+

@@ -1,0 +1,44 @@
+"""The `runtime:`, `evaluation:` and `output:` sections: where and how a run executes and what it keeps."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import Field
+
+from emulator.scenario.base import Strict
+
+
+# ---------------------------------------------------------------------------------------- execution
+class RuntimeConfig(Strict):
+    address: Optional[str] = None
+    runners: Optional[int] = Field(None, gt=0)
+    num_cpus: float = Field(1.0, gt=0)
+    num_gpus: float = Field(0.0, ge=0)
+    server_num_cpus: float = Field(0.0, ge=0)
+    torch_threads: Optional[int] = Field(None, gt=0)
+    precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/training/precision.py)
+    vectorise: bool = False  # train each group's devices at once (emulator/training/cohort.py) where the model allows
+    group_size: Optional[int] = Field(None, gt=0)  # devices per runner task; None: from the round's reports
+
+    def numerics(self) -> dict:
+        """The runtime fields that change a run's numbers (in the last bits, or more), where they differ from
+        the defaults: they join the checkpoint fingerprint and cannot change on resume."""
+        fields = {}
+        if self.precision != "fp32":
+            fields["precision"] = self.precision
+        if self.vectorise:  # vectorised groups: their composition reaches the last bits
+            fields.update(vectorise=True, group_size=self.group_size)
+        return fields
+
+
+class EvaluationConfig(Strict):
+    every: int = Field(1, gt=0)
+    batch_size: int = Field(1024, gt=0)
+
+
+class OutputConfig(Strict):
+    dir: str = "runs"
+    checkpoint_every: int = Field(10, ge=0)  # rounds between checkpoints (0: only at the end)
+    tensorboard: bool = True  # TensorBoard event files in RUN_DIR/tensorboard/, one step per round
+
+

@@ -1,0 +1,81 @@
+"""The checks of a scenario that need the system model: trace files found and readable, and the rules of
+behaviour tied to data (population.ties and .types). The schema only describes; the entry points run
+these right after it (emulator/parts/loading.py), before anything runs."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from emulator.errors import ScenarioError
+from emulator.scenario import Scenario, ScenarioFieldError
+from emulator.system import traces
+from emulator.seeding import assign_by_share
+from emulator.system.ties import check_ties
+
+
+def check_population(scenario: Scenario, source: str = "scenario") -> None:
+    """The cross-field rules of population.ties and .types, reported as the schema reports a problem."""
+    population = scenario.population
+    if not (population.ties or population.types):
+        return
+    try:
+        check_ties(population)
+    except ScenarioFieldError as exc:
+        raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
+
+
+def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> None:
+    """Make the files a scenario names (trace files) absolute: relative to the scenario file's directory,
+    else to the working directory. A missing file is an error naming the field; so is a file that does not
+    read as its format says (emulator/system/traces.py reads it here, before anything runs)."""
+    population = scenario.population
+
+    def resolved(name: str, field: str) -> str:
+        file = Path(name).expanduser()
+        candidates = [file] if file.is_absolute() else [base / file, Path.cwd() / file]
+        found = next((c for c in candidates if c.is_file()), None)
+        if found is None:
+            raise ScenarioError(f"{source}: {field}: no trace file {' or '.join(str(c) for c in candidates)}; "
+                                "give a path relative to the scenario file or an absolute one")
+        return str(found.resolve())
+
+    def read(reader, field: str, *args):
+        try:
+            return reader(*args)
+        except ScenarioError as exc:
+            raise ScenarioError(f"{source}: {field}: {exc}") from None
+
+    def entry_size(index: int) -> int | None:
+        """Devices in availability entry `index` by its share, as AvailabilityMix deals them (None when ties
+        or types may move devices between entries: the world checks reuse then)."""
+        entries = population.availability
+        if len(entries) == 1:
+            return population.devices
+        if population.types or any(t.sets == "availability" for t in population.ties):
+            return None
+        groups = assign_by_share([e.share for e in entries], population.devices, np.random.default_rng(0))
+        return int(np.count_nonzero(groups == index))  # the sizes do not depend on the stream
+
+    for i, entry in enumerate(population.availability):
+        if entry.kind != "trace":
+            continue
+        field = f"population.availability.{i}"
+        entry.file = resolved(entry.file, f"{field}.file")
+        windows = read(traces.read_availability, f"{field}.file", entry.file, entry.format, entry.repeat_s)
+        members = entry_size(i)
+        if not entry.reuse and members is not None and windows.count < members:
+            raise ScenarioError(f"{source}: {field}.reuse: the trace {entry.file} has {windows.count} devices for "
+                                f"the entry's {members} devices; with reuse: false each device needs its own trace "
+                                "device: use a larger trace, fewer devices, or reuse: true")
+    for name in ("compute", "network"):
+        config = getattr(population, name)
+        if config.kind == "trace":
+            config.file = resolved(config.file, f"population.{name}.file")
+            read(traces.read_capacity, f"population.{name}.file", config.file, config.format)
+    compute, network = population.compute, population.network
+    if compute.kind == network.kind == "trace" and (compute.file, compute.format) == (network.file, network.format) \
+            and compute.assign != network.assign:
+        raise ScenarioError(f"{source}: population.network.assign: {network.assign!r}, but population.compute "
+                            f"reads the same file with assign {compute.assign!r}; a device plays one row of a "
+                            "capacity file for both, so give both the same assign")
