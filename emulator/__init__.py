@@ -20,7 +20,7 @@ def __getattr__(name: str):
 
         return getattr(api, name)
     if name == "ScenarioError":
-        from emulator.scenario import ScenarioError
+        from emulator.errors import ScenarioError
 
         return ScenarioError
     if name == "RunInterrupted":

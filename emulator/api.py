@@ -26,8 +26,10 @@ from typing import Any, Callable, Iterable, Mapping, Union
 
 import yaml
 
-from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, with_plugins
+# The driver, Ray, the sweeps and the data adapters are imported inside the calls that use them, for
+# start-up speed: `import emulator` and `emulator.load(...)` of a finished run do not pay for them.
 from emulator.parts import scenario_from
+from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, with_plugins
 
 __all__ = ["run", "load", "sweep", "resume", "shutdown", "Run", "Sweep", "ScenarioError"]
 
@@ -348,8 +350,8 @@ def shutdown() -> None:
 # ------------------------------------------------------------------------------------------- helpers
 def _drive(scenario: Scenario, path: Path, progress, in_memory: bool, call) -> Run:
     """Run `call(on_round, stop)` with a progress display and Ctrl-C as a clean stop."""
-    from emulator.runtime.interrupts import stop_on_signals
     from emulator.recording.progress import progress_for
+    from emulator.runtime.interrupts import stop_on_signals
 
     callback = progress if callable(progress) else None
     display = progress_for(scenario, False if callback else progress)

@@ -8,8 +8,10 @@ import os
 import sys
 from pathlib import Path
 
-from emulator.scenario import ScenarioError
-from emulator.parts import load_scenario
+from emulator.errors import ScenarioError
+
+# Everything else is imported inside the command that needs it, for start-up speed: `emulator --help` and a
+# refused scenario answer before torch and Ray are imported.
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
@@ -67,8 +69,8 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from emulator.runtime.interrupts import RunInterrupted
     from emulator.recording.rundir import OutputError
+    from emulator.runtime.interrupts import RunInterrupted
 
     try:
         if args.command == "validate":
@@ -94,6 +96,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _validate(args) -> int:
+    from emulator.parts import load_scenario
     from emulator.scenario import dump_scenario
 
     scenario = load_scenario(args.scenario, args.overrides, args.plugins)
@@ -105,8 +108,9 @@ def _validate(args) -> int:
 
 def _run(args) -> int:
     from emulator.driver import AlreadyFinished, resumable_scenario, resume_run, run_scenario
-    from emulator.runtime.interrupts import stop_on_signals
+    from emulator.parts import load_scenario
     from emulator.recording.progress import RunProgress, format_duration
+    from emulator.runtime.interrupts import stop_on_signals
 
     if (args.scenario is None) == (args.resume is None):
         raise ScenarioError("emulator run: give a scenario file, or --resume RUN_DIR (not both)")

@@ -23,21 +23,23 @@ from typing import Callable
 
 import ray
 
-from emulator.recording import checkpoint as checkpoints
 from emulator.data import build_federation
-from emulator.system.ties import check_world
+from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
-from emulator.runtime.interrupts import RunInterrupted, StopRequest
+from emulator.parts import load_scenario
 from emulator.parts.plugins import innermost, module_files
+from emulator.recording import checkpoint as checkpoints
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
+from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
 from emulator.runtime.server import ServerActor
 from emulator.scenario import Scenario, ScenarioError
-from emulator.parts import load_scenario
 from emulator.seeding import torch_seed
+from emulator.system.ties import check_world
+from emulator.training import precision
 
 POLL_S = 0.1            # how often a waiting driver looks at its stop request
 SERVER_RESTARTS = 3     # a server that dies this often without getting past its furthest round ends the run
@@ -86,8 +88,6 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
     if not (run_dir / "scenario.yaml").is_file():
         raise ScenarioError(f"--resume {run_dir}: not a run directory (no scenario.yaml)")
     if not data_given:
-        from emulator.data.custom import cli_refusal, memory_record
-
         entry = memory_record(run_dir)
         if entry is not None:
             raise ScenarioError(cli_refusal(run_dir, entry))
@@ -145,16 +145,12 @@ class _Start:
 def _data_summary(data_source: dict | None) -> dict:
     if data_source is None:
         return {}
-    from emulator.data.custom import public
-
     return {"data": public(data_source)}
 
 
 def _scenario_header(data_source: dict | None) -> str:
     if data_source is None:
         return ""
-    from emulator.data.custom import scenario_header
-
     return scenario_header(data_source)
 
 
@@ -291,8 +287,6 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             if directory is None:
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
-                    from emulator.data.custom import write_record
-
                     write_record(directory.path, start.data_source)
                 recorder, resumed_from = Recorder(directory, scenario, server), None
             else:
@@ -423,7 +417,6 @@ def _check_local_precision(runtime) -> None:
         return
     import torch
 
-    from emulator.training import precision
 
     precision.require(runtime.precision, "cpu", "this machine")  # the server's CPU, and CPU runners'
     if runtime.num_gpus > 0 and torch.cuda.is_available():

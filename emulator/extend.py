@@ -22,15 +22,32 @@ across releases (a change is announced in the changelog first).
 from __future__ import annotations
 
 from emulator.aggregation.mean import WeightedMean, server_update
+from emulator.aggregation.optimizers import ServerOptimizer
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
-from emulator.algorithms.fedavg import FedAvg, local_training_from
+from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
-from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
-                               register_partition, register_selection, register_server_optimizer)
-from emulator.scenario import AvailabilitySettings, ClientTraining, DataConfig, DatasetOptions, ModelConfig, PartitionSettings, ScenarioError, SelectionSettings, ServerOptimizerSettings, Strict
-from emulator.algorithms.fedavg import FedAvgConfig
-from emulator.aggregation.optimizers import ServerOptimizer
+from emulator.registry import (
+                               register_algorithm,
+                               register_availability,
+                               register_dataset,
+                               register_model,
+                               register_partition,
+                               register_selection,
+                               register_server_optimizer,
+)
+from emulator.scenario import (
+                               AvailabilitySettings,
+                               ClientTraining,
+                               DataConfig,
+                               DatasetOptions,
+                               ModelConfig,
+                               PartitionSettings,
+                               ScenarioError,
+                               SelectionSettings,
+                               ServerOptimizerSettings,
+                               Strict,
+)
 from emulator.system.availability import AvailabilityModel
 from emulator.training.local import LocalTraining, TrainStats
 

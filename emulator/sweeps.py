@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from emulator.scenario import Scenario, ScenarioError, parse_override
 from emulator.parts import load_scenario
+from emulator.scenario import Scenario, ScenarioError, parse_override
 
 
 @dataclass

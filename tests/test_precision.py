@@ -3,15 +3,12 @@
 bf16 needs bf16 hardware: the tests that train in it skip on a CPU without AVX512-BF16 or AMX; the
 refusals are tested everywhere through the EMULATOR_FAKE_NO_BF16 testing hook (emulator/training/precision.py).
 """
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import torch
 
 from conftest import FMNIST_DIR, ROOT, comparable, small_scenario
+from emulator.cli import main
 from emulator.recording import checkpoint as checkpoints
 from emulator.training import precision
 from emulator.driver import run_scenario
@@ -164,16 +161,17 @@ def test_bf16_without_hardware_is_refused_before_ray_starts(tmp_path, monkeypatc
     assert not (tmp_path / "run").exists()
 
 
-def test_bf16_without_hardware_exits_2_from_the_cli(tmp_path):
+def test_bf16_without_hardware_exits_2_from_the_cli(tmp_path, monkeypatch, capsys):
+    """In this process (the refusal comes before Ray starts; exit codes of a fresh process: test_reliability)."""
     scenario = tmp_path / "s.yaml"
     import yaml
 
     scenario.write_text(yaml.safe_dump(small_scenario(**{"runtime.precision": "bf16"})))
-    env = {**os.environ, precision.FAKE_NO_BF16: "1"}
-    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(scenario), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120)
-    assert done.returncode == 2, done.stderr
-    assert "runtime.precision: bf16" in done.stderr and "Traceback" not in done.stderr
+    monkeypatch.setenv(precision.FAKE_NO_BF16, "1")
+    monkeypatch.chdir(tmp_path)
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "runtime.precision: bf16" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()
 
 

@@ -347,17 +347,18 @@ def test_a_pickle_that_runs_code_is_refused(tmp_path):
     assert read_capacity(sets).count == 1  # builtin containers are fine
 
 
-def test_cli_exits_2_without_a_traceback(tmp_path):
+def test_cli_exits_2_without_a_traceback(ray_session, tmp_path, capsys):
+    """In this process, on the session's Ray (exit codes of a fresh process: test_reliability, test_scenario)."""
     dump(tmp_path / "behave.pkl", {9: {"active": [4], "inactive": [1], "finish_time": 9}})
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(**{"population.availability": [
         {"kind": "trace", "file": "behave.pkl", "format": "fedscale"}]})))
     assert main(["validate", str(scenario), "--quiet"]) == 2
-    proc = subprocess.run([sys.executable, "-m", "emulator", "run", str(scenario), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2, proc.stderr
-    assert "population.availability.0.file" in proc.stderr and "key 9" in proc.stderr
-    assert "Traceback" not in proc.stderr and not (tmp_path / "run").exists()
+    capsys.readouterr()
+    assert main(["run", str(scenario), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "population.availability.0.file" in err and "key 9" in err
+    assert "Traceback" not in err and not (tmp_path / "run").exists()
 
 
 # ------------------------------------------------------------------------------------ files, runs

@@ -20,13 +20,13 @@ moments are saved exactly in `state()`, so a resumed run continues bit for bit.
 """
 from __future__ import annotations
 
-import numpy as np
-
-from emulator.aggregation.mean import server_update
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
+from emulator.aggregation.mean import server_update
+from emulator.registry import SERVER_OPTIMIZERS
 from emulator.scenario import ServerOptimizerSettings
 
 
@@ -145,8 +145,6 @@ class AdaptiveServerOptimizer(ServerOptimizer):
 def build_server_optimizer(config, size: int, mask: np.ndarray | None = None) -> ServerOptimizer:
     """From the scenario's `server_optimizer` (None, the default, is sgd), by its registered kind
     (emulator.registry.SERVER_OPTIMIZERS: ours, or a plugin's)."""
-    from emulator.registry import SERVER_OPTIMIZERS
-
     if config is None:
         return ServerOptimizer()
     return SERVER_OPTIMIZERS.get(config.kind).build(config, size, mask)

@@ -8,14 +8,13 @@ from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
 from emulator.algorithms.fsl import DataSharing, Fsl
 from emulator.algorithms.safari import Safari
 from emulator.algorithms.scaffold import Scaffold
+from emulator.registry import ALGORITHMS
 
 BUILT_IN = (FedAvg, FedProx, FedAvgM, Scaffold, Safari, Fsl, DataSharing, Fast)
 
 
 def build_algorithm(config, context: AlgorithmContext) -> Algorithm:
     """The algorithm the scenario names, from the registry (ours or a plugin's)."""
-    from emulator.registry import ALGORITHMS
-
     return ALGORITHMS.get(config.name).build(config, context)
 
 

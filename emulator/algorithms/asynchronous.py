@@ -9,16 +9,16 @@ the server optimizer, rate schedules by server update) is FedAvg's.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
+from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
 from emulator.algorithms.base import ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
-from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
-from pydantic import Field, model_validator
-from typing import Literal
 from emulator.scenario.base import ScenarioFieldError
-from emulator.scenario.training import (AsynchronousTraining)
+from emulator.scenario.training import AsynchronousTraining
 
 
 class FedAsyncConfig(AsynchronousTraining):

@@ -14,15 +14,16 @@ and the client_lr / server_lr schedules act in every round, snapshot or not.
 """
 from __future__ import annotations
 
+from typing import Literal, Optional
+
 import numpy as np
+from pydantic import Field, model_validator
 
 from emulator.algorithms.base import Algorithm, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
 from emulator.algorithms.selection import build_selection
+from emulator.scenario.training import ClientTraining, single_server_momentum
 from emulator.seeding import rng
-from pydantic import Field, model_validator
-from typing import Literal, Optional
-from emulator.scenario.training import (ClientTraining, single_server_momentum)
 
 
 class FastConfig(ClientTraining):

@@ -8,19 +8,18 @@ nothing about them needs saving; the optimizer's moments go into `state()`."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Iterable
+from typing import Iterable, Literal
 
 import numpy as np
+from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean, server_update
+from emulator.aggregation.optimizers import build_server_optimizer
+from emulator.aggregation.schedules import lr_at
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
-from emulator.aggregation.schedules import lr_at
-from emulator.aggregation.optimizers import build_server_optimizer
+from emulator.scenario.training import ClientTraining, single_server_momentum
 from emulator.training.local import LocalTraining
-from pydantic import Field, model_validator
-from typing import Literal
-from emulator.scenario.training import (ClientTraining, single_server_momentum)
 
 
 class FedAvgConfig(ClientTraining):

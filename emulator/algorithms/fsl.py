@@ -14,16 +14,16 @@ server_step_lr_schedule; a coupled eta_0 is derived each round from that round's
 from __future__ import annotations
 
 import math
+from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field, model_validator
 
+from emulator.aggregation.schedules import lr_at
 from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
 from emulator.algorithms.safari import server_sgd
-from emulator.aggregation.schedules import lr_at
-from pydantic import Field, model_validator
-from typing import Literal, Optional
 from emulator.scenario.base import ScenarioFieldError
-from emulator.scenario.training import (ClientTraining, LrSchedule, ServerTraining)
+from emulator.scenario.training import ClientTraining, LrSchedule, ServerTraining
 
 
 class FslConfig(ClientTraining, ServerTraining):

@@ -9,14 +9,15 @@ schedules: client_lr_schedule, server_lr_schedule (eta_s), global_lr_schedule.
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Literal, Optional
+
+from pydantic import Field
 
 from emulator.algorithms.base import RoundPlan
 from emulator.algorithms.fedavg import FedAvg
+from emulator.scenario.training import ClientTraining, LrSchedule, ServerTraining
 from emulator.seeding import rng
 from emulator.training.local import LocalTraining
-from pydantic import Field
-from typing import Literal, Optional
-from emulator.scenario.training import (ClientTraining, LrSchedule, ServerTraining)
 
 
 class SafariConfig(ClientTraining, ServerTraining):

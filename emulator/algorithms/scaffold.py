@@ -8,15 +8,16 @@ c <- c + |S| / N mean(delta_c). Devices download x and c and upload delta_y and 
 """
 from __future__ import annotations
 
+from typing import Literal
+
 import numpy as np
+from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
-from pydantic import Field, model_validator
-from typing import Literal
 from emulator.scenario.base import ScenarioFieldError
-from emulator.scenario.training import (ClientTraining)
+from emulator.scenario.training import ClientTraining
 
 
 class ScaffoldConfig(ClientTraining):

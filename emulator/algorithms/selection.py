@@ -10,13 +10,14 @@ indices) and SAFARI's devices that never take part (`Excluding`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
+from emulator.registry import SELECTIONS
 from emulator.scenario import SelectionSettings
+from emulator.seeding import rng
 
 
 class UniformSelection(SelectionSettings):
@@ -159,9 +160,6 @@ class Excluding(SelectionPolicy):
 def build_selection(config, num_devices: int, seed: int, uniform: bool = False) -> SelectionPolicy:
     """The scenario's selection policy (`algorithm.selection`); `uniform` forces a uniform draw (FAST's
     snapshots) while keeping any exclusion."""
-    from emulator.seeding import rng
-
-    from emulator.registry import SELECTIONS
 
     spec = config.selection
     replace = config.sampling == "with_replacement"

@@ -8,12 +8,32 @@
 The library is `emulator.analysis`; the top-level `analysis/` folder of the repository holds scripts that
 use it.
 """
-from emulator.analysis.metrics import (bias_stats, final_accuracy, gini, lorenz_curve, participation_stats, rise_time,
-                                       round_time_stats, seed_statistics, snapshot_share, summarize,
-                                       time_to_accuracy)
+from emulator.analysis.metrics import (
+                                       bias_stats,
+                                       final_accuracy,
+                                       gini,
+                                       lorenz_curve,
+                                       participation_stats,
+                                       rise_time,
+                                       round_time_stats,
+                                       seed_statistics,
+                                       snapshot_share,
+                                       summarize,
+                                       time_to_accuracy,
+)
 from emulator.analysis.report import comparison_table, write_report
-from emulator.analysis.runs import (NotARunError, Run, Selection, find_runs, group_runs, incomplete_reason,
-                                    load_metrics, load_run, load_runs, select_runs)
+from emulator.analysis.runs import (
+                                       NotARunError,
+                                       Run,
+                                       Selection,
+                                       find_runs,
+                                       group_runs,
+                                       incomplete_reason,
+                                       load_metrics,
+                                       load_run,
+                                       load_runs,
+                                       select_runs,
+)
 
 __all__ = ["Run", "Selection", "NotARunError", "load_run", "load_runs", "load_metrics", "find_runs", "group_runs",
            "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",

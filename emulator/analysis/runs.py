@@ -18,6 +18,7 @@ import pandas as pd
 import yaml
 
 from emulator.recording.checkpoint import OFF_BY_DEFAULT
+from emulator.scenario import RuntimeConfig
 
 NOT_PART_OF_THE_EXPERIMENT = ("seed", "output", "runtime", "system.events")  # dotted paths into scenario.yaml
 
@@ -159,8 +160,6 @@ def experiment_key(run: Run) -> str:
 
 def _numerics(runtime: dict) -> dict:
     """The runtime settings that change a run's numbers (scenario.RuntimeConfig.numerics)."""
-    from emulator.scenario import RuntimeConfig
-
     try:
         return RuntimeConfig.model_validate(runtime).numerics()
     except ValueError:  # a runtime section this version no longer reads: only its precision is known to matter

@@ -7,6 +7,7 @@ from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.vision import DataUnavailableError, load_vision
+from emulator.registry import DATASETS
 from emulator.scenario import DataConfig, ScenarioError
 from emulator.seeding import device_types, rng
 
@@ -17,8 +18,6 @@ def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> F
     Each step draws from its own stream (synthetic, partition, server_set, test_subset), so changing, say,
     the server set leaves the partition as it was. Problems the user must fix raise ScenarioError.
     """
-    from emulator.registry import DATASETS
-
     try:
         train, test, per_device = DATASETS.get(data.dataset).build(data, devices, seed)
     except ScenarioError:

@@ -20,17 +20,16 @@ import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 import numpy as np
-
-from emulator.data.federation import ArrayDataset, Federation
-from emulator.scenario import ScenarioError
-from typing import Optional
-
 from pydantic import Field
 
-from emulator.scenario import DatasetOptions
+from emulator.data import assemble_federation
+from emulator.data.federation import ArrayDataset, Federation
+from emulator.models.zoo import build_model
+from emulator.recording.rundir import atomic_file, write_atomic
+from emulator.scenario import DatasetOptions, ScenarioError
 
 
 class MemoryOptions(DatasetOptions):
@@ -363,8 +362,6 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
 def build_custom_federation(scenario, custom: CustomData) -> Federation:
     """The Federation of a run on the user's data: their split or the scenario's partition, the server
     set carved and the test set cut as build_federation does (same random streams)."""
-    from emulator.data import assemble_federation
-
     per_device = None if custom.per_device is None else list(custom.per_device)
     federation = assemble_federation(scenario.data, scenario.population.devices, scenario.seed,
                                      scenario.population.types, custom.train, custom.test, per_device)
@@ -377,7 +374,6 @@ def _check_model(scenario, federation: Federation) -> None:
     instead of inside a Ray actor."""
     import torch
 
-    from emulator.models.zoo import build_model
 
     train = federation.train
     try:
@@ -416,8 +412,6 @@ def public(entry: dict) -> dict:
 
 def write_record(run_dir: Path, entry: dict) -> None:
     """data.json (and users.csv: which user each device is) in a new run directory, atomically."""
-    from emulator.recording.rundir import atomic_file, write_atomic
-
     write_atomic(Path(run_dir) / RECORD, json.dumps(public(entry), indent=2) + "\n")
     ids = entry.get("_user_ids")
     if ids is not None:

@@ -31,17 +31,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Literal, Optional
 
 import numpy as np
+from pydantic import Field
 
 from emulator.data.federation import ArrayDataset
 from emulator.data.vision import DataUnavailableError
-from emulator.seeding import rng
-from typing import Literal, Optional
-
-from pydantic import Field
-
 from emulator.scenario import DatasetOptions
+from emulator.seeding import rng
 
 
 class LeafOptions(DatasetOptions):

@@ -6,11 +6,12 @@ the caller can pass the message on to the user unchanged.
 """
 from __future__ import annotations
 
-import numpy as np
 from typing import Literal
 
+import numpy as np
 from pydantic import Field
 
+from emulator.registry import PARTITIONS
 from emulator.scenario import PartitionSettings
 
 
@@ -342,6 +343,4 @@ def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np
 
 def partition(labels: np.ndarray, num_classes: int, devices: int, spec, rng: np.random.Generator) -> list[np.ndarray]:
     """The split the scheme names (emulator.registry.PARTITIONS: ours or a plugin's)."""
-    from emulator.registry import PARTITIONS
-
     return PARTITIONS.get(spec.scheme).build(labels, num_classes, devices, spec, rng)

@@ -5,11 +5,11 @@ count taken from the dataset (for LEAF's Shakespeare: shape (80,), 80 classes).
 """
 from __future__ import annotations
 
-import torch
-from torch import nn
 from typing import Literal
 
+import torch
 from pydantic import Field
+from torch import nn
 
 from emulator.scenario import ModelConfig
 

@@ -7,6 +7,8 @@ import math
 import torch
 from torch import nn
 
+from emulator.registry import MODELS, RegistryError
+
 
 def _flat_size(shape: tuple[int, ...]) -> int:
     return int(math.prod(shape))
@@ -66,8 +68,6 @@ def build_model(name: str, shape: tuple[int, ...], classes: int, seed: int | Non
                 options: dict | None = None) -> nn.Module:
     """A freshly initialised model by its registered name, with the model's own options (the scenario's
     `model:` fields beside `name`); with a seed, the initial weights are the same in every process."""
-    from emulator.registry import MODELS, RegistryError
-
     options = options or {}
     try:
         entry = MODELS.get(name)

@@ -7,25 +7,40 @@ needs to check a scenario before anything runs.
 """
 from __future__ import annotations
 
-from emulator.algorithms import asynchronous, fast, fedavg, fsl, safari, scaffold
-from emulator.algorithms import selection
-from emulator.data.partition import (ClassesPartition, DirichletPartition, IidPartition, NaturalPartition, ShardsPartition,
-                                     TypesPartition, partition_classes, partition_dirichlet, partition_iid,
-                                     partition_shards)
-from emulator.data.synthetic import generate_synthetic
-from emulator.data import custom, leaf
-from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
-from emulator.data.vision import load_vision
-from emulator.models import text as text_models
-from emulator.models import zoo as models
-from emulator.registry import (register_algorithm, register_availability, register_dataset, register_model,
-                               register_partition, register_selection, register_server_optimizer)
 from emulator.aggregation import optimizers as server_optimizers
 from emulator.aggregation.optimizers import ServerOptimizer, adaptive
+from emulator.algorithms import asynchronous, fast, fedavg, fsl, safari, scaffold, selection
+from emulator.data import custom, leaf
+from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
+from emulator.data.partition import (
+    ClassesPartition,
+    DirichletPartition,
+    IidPartition,
+    NaturalPartition,
+    ShardsPartition,
+    TypesPartition,
+    partition_classes,
+    partition_dirichlet,
+    partition_iid,
+    partition_shards,
+)
+from emulator.data.synthetic import generate_synthetic
+from emulator.data.vision import load_vision
+from emulator.errors import ScenarioError
+from emulator.models import text as text_models
+from emulator.models import zoo as models
+from emulator.models.text import char_lstm
+from emulator.registry import (
+    register_algorithm,
+    register_availability,
+    register_dataset,
+    register_model,
+    register_partition,
+    register_selection,
+    register_server_optimizer,
+)
 from emulator.seeding import rng
 from emulator.system import availability
-from emulator.errors import ScenarioError
-from emulator.models.text import char_lstm
 
 # ----------------------------------------------------------------------------------------- algorithms
 register_algorithm("fedavg", fedavg.FedAvg, config=fedavg.FedAvgConfig, client_dp=True)

@@ -20,10 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from emulator.algorithms.base import RoundPlan
-from emulator.training.local import LocalTraining
-
 from emulator.errors import ScenarioError
 from emulator.registry import RegistryError
+from emulator.training.local import LocalTraining
 
 ENTRY_POINT_GROUP = "fl_emulator.plugins"
 _BUILTINS_LOADED = False

@@ -62,8 +62,6 @@ def write_atomic(path: Path, text: str) -> None:
 
 def check_writable(out: str | Path | None, default_parent: str | Path) -> None:
     """Refuse, before Ray starts, an output path that is a file or cannot be written."""
-    from emulator.scenario import ScenarioError
-
     target = Path(out) if out is not None else Path(default_parent)
     field = "--out" if out is not None else "output.dir"
     if target.exists() and not target.is_dir():
@@ -100,7 +98,6 @@ class RunDirectory:
         """Hold the directory for this process; a second process writing it is refused (exit 2)."""
         import fcntl
 
-        from emulator.scenario import ScenarioError
 
         handle = open(self.path / ".lock", "a+")
         try:

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import ray
 
+from emulator.scenario import ScenarioError
+
 AUTH_MODE = "RAY_AUTH_MODE"
 TOKEN_SOURCES = ("RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH")  # Ray reads these before the default token file
 LOCAL_ADDRESSES = (None, "auto", "local")  # start a local instance, or join the one on this machine
@@ -106,8 +108,6 @@ def ray_session(address: str | None = None):
     except (ConnectionError, TimeoutError, ValueError) as exc:
         if address is None:
             raise
-        from emulator.scenario import ScenarioError
-
         raise ScenarioError(f"runtime.address: cannot reach a Ray cluster at {address!r} ({exc}). Start one with "
                             "`ray start --head` (see docs/cluster.md), check the address, or leave it unset to run "
                             "locally") from None

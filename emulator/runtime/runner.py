@@ -14,15 +14,15 @@ import numpy as np
 import ray
 import torch
 
-from emulator.training import cohort
 from emulator import params as param_vector
-from emulator.training import precision as numerics
 from emulator.algorithms.base import ClientUpdate
 from emulator.data.federation import Federation
 from emulator.models.zoo import build_model
-from emulator.parts.plugins import guard
 from emulator.parts.loading import load_parts
+from emulator.parts.plugins import guard
 from emulator.registry import MODELS
+from emulator.training import cohort
+from emulator.training import precision as numerics
 from emulator.training.local import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
 
 

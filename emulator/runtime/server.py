@@ -12,28 +12,29 @@ import numpy as np
 import ray
 import torch
 
-from emulator.recording import bias
-
-from emulator.training import cohort
 from emulator import params as param_vector
-from emulator.training import precision as numerics
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.models.zoo import build_model
-from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
 from emulator.parts.loading import load_parts
+from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
+from emulator.recording import bias
+from emulator.recording.recorder import CLASS_ACCURACY
 from emulator.registry import ALGORITHMS
 from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
-from emulator.scenario import Scenario
+from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import rng, torch_seed
-from emulator.system import CohortRequest, build_system
-from emulator.uplink.secagg import SecAggCost
+from emulator.system import CohortRequest, SimulatedSystem, build_system
 from emulator.system.base import RoundOutcome, SecureAggregation
 from emulator.system.simulated import SECAGG_COLUMNS
-from emulator.uplink.pipeline import UploadPipeline
+from emulator.system.stream import AsyncStream
+from emulator.training import cohort
+from emulator.training import precision as numerics
 from emulator.training.local import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
+from emulator.uplink.pipeline import UploadPipeline
+from emulator.uplink.secagg import SecAggCost
 
 BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_duration_s", "selected",
                 "participants", "dropped", "stragglers", "cancelled", "bytes_down", "bytes_up",
@@ -41,7 +42,6 @@ BASE_COLUMNS = ("round", "kind", "failed", "sim_start_s", "sim_time_s", "round_d
                 "unseen_share", "worst_class", "worst_class_acc", "wall_time_s")
 ASYNC_COLUMNS = ("version", "staleness_mean", "staleness_max", "concurrency_mean", "concurrency_max",
                  "wasted_compute_s")  # asynchronous algorithms: a row is a server update
-CLASS_ACCURACY = "_class_acc"  # a row's per-class test accuracies (evaluation rounds): class_accuracy.csv, not metrics
 
 
 class FederatedServer:
@@ -203,8 +203,6 @@ class FederatedServer:
     def _stream(self, plan):
         """The asynchronous protocol's stream, built at the first update (it needs the payload sizes)."""
         if self.stream is None:
-            from emulator.system.stream import AsyncStream
-
             down, up = self.algorithm.payload
             self.stream = AsyncStream(
                 self.system, self.algorithm.concurrency, plan.selection, self.scenario.seed,
@@ -351,8 +349,6 @@ class FederatedServer:
         train one at a time although runtime.vectorise asks otherwise)."""
         import platform
 
-        from emulator.scenario import ScenarioError
-        from emulator.system import SimulatedSystem
 
         numerics.require(self.precision, "cpu", f"the server on {platform.node() or 'its node'}")
         notes = []
@@ -382,8 +378,6 @@ class FederatedServer:
 
     def _check_upload(self) -> None:
         """Compression needs to know the model: k within it, and one update vector to encode."""
-        from emulator.scenario import ScenarioError
-
         scheme, values = self.scenario.compression, len(self.params)
         if self.secagg is not None and self.algorithm.payload[1] != 1:
             raise ScenarioError(f"secure_aggregation: algorithm {self.scenario.algorithm.name!r} uploads "

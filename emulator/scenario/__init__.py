@@ -9,21 +9,75 @@ registry by its tag. The schema describes, it never loads: the entry points regi
 (emulator/parts/loading.py), and the checks that need the system model run from emulator/system/checks.py.
 """
 from emulator.scenario.base import ScenarioError, ScenarioFieldError, Strict
-from emulator.scenario.data import (SyntheticConfig, PartitionSettings, Partition, ServerSetConfig, DatasetOptions,
-                                    DataConfig, ModelConfig)
-from emulator.scenario.execution import (RuntimeConfig, EvaluationConfig, OutputConfig)
-from emulator.scenario.population import (ComputeTier, LognormalCompute, TieredCompute, TraceCompute, NetworkTier,
-                                          LognormalNetwork, TraceNetwork, TieredNetwork, AvailabilitySettings,
-                                          Availability, STATISTICS, GROUP_STATISTICS, BEHAVIOURS,
-                                          RANKED_BEHAVIOURS, SCALED_BEHAVIOURS, Tie, UserType, TYPE_BEHAVIOURS,
-                                          PopulationConfig, ServerProfile, SystemConfig)
-from emulator.scenario.training import (SelectionSettings, Selection, ServerOptimizerSettings, ServerOptimizer,
-                                        ScheduleSettings, ConstantSchedule, StepSchedule, ExponentialSchedule,
-                                        CosineSchedule, LrSchedule, single_server_momentum, ClientTraining,
-                                        ServerTraining, StalenessSettings, AsynchronousTraining, AlgorithmConfig)
-from emulator.scenario.uplink import (FixedClipping, AdaptiveClipping, PrivacyConfig, NoCompression,
-                                      QsgdCompression, TopKCompression, SignCompression, Compression,
-                                      SecureAggregationConfig)
+from emulator.scenario.data import (
+                                    DataConfig,
+                                    DatasetOptions,
+                                    ModelConfig,
+                                    Partition,
+                                    PartitionSettings,
+                                    ServerSetConfig,
+                                    SyntheticConfig,
+)
+from emulator.scenario.execution import EvaluationConfig, OutputConfig, RuntimeConfig
+from emulator.scenario.loading import (
+                                    APPEND,
+                                    apply_overrides,
+                                    dump_scenario,
+                                    parse_override,
+                                    parse_scenario,
+                                    read_yaml,
+                                    with_plugins,
+)
+from emulator.scenario.population import (
+                                    BEHAVIOURS,
+                                    GROUP_STATISTICS,
+                                    RANKED_BEHAVIOURS,
+                                    SCALED_BEHAVIOURS,
+                                    STATISTICS,
+                                    TYPE_BEHAVIOURS,
+                                    Availability,
+                                    AvailabilitySettings,
+                                    ComputeTier,
+                                    LognormalCompute,
+                                    LognormalNetwork,
+                                    NetworkTier,
+                                    PopulationConfig,
+                                    ServerProfile,
+                                    SystemConfig,
+                                    Tie,
+                                    TieredCompute,
+                                    TieredNetwork,
+                                    TraceCompute,
+                                    TraceNetwork,
+                                    UserType,
+)
 from emulator.scenario.root import Scenario, dataset_classes, dataset_input_shape
-from emulator.scenario.loading import (APPEND, apply_overrides, dump_scenario, parse_override, parse_scenario,
-                                       read_yaml, with_plugins)
+from emulator.scenario.training import (
+                                    AlgorithmConfig,
+                                    AsynchronousTraining,
+                                    ClientTraining,
+                                    ConstantSchedule,
+                                    CosineSchedule,
+                                    ExponentialSchedule,
+                                    LrSchedule,
+                                    ScheduleSettings,
+                                    Selection,
+                                    SelectionSettings,
+                                    ServerOptimizer,
+                                    ServerOptimizerSettings,
+                                    ServerTraining,
+                                    StalenessSettings,
+                                    StepSchedule,
+                                    single_server_momentum,
+)
+from emulator.scenario.uplink import (
+                                    AdaptiveClipping,
+                                    Compression,
+                                    FixedClipping,
+                                    NoCompression,
+                                    PrivacyConfig,
+                                    QsgdCompression,
+                                    SecureAggregationConfig,
+                                    SignCompression,
+                                    TopKCompression,
+)

@@ -2,11 +2,9 @@
 YAML path."""
 from __future__ import annotations
 
-
 from pydantic import BaseModel, ConfigDict
 
 from emulator.errors import ScenarioError
-
 
 __all__ = ["ScenarioError", "ScenarioFieldError", "Strict"]
 

@@ -3,9 +3,9 @@ from __future__ import annotations
 
 from typing import Any, Literal, Optional
 
-from pydantic import BaseModel, SerializeAsAny, Field, ValidationInfo, field_validator, model_validator
+from pydantic import BaseModel, Field, SerializeAsAny, ValidationInfo, field_validator, model_validator
 
-from emulator.registry import (DATASETS, PARTITIONS, Plugged)
+from emulator.registry import DATASETS, PARTITIONS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 
 

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel
 
-from emulator.registry import (Registry)
+from emulator.registry import Registry
 from emulator.scenario.base import ScenarioError, ScenarioFieldError
 from emulator.scenario.root import Scenario
 

@@ -14,7 +14,6 @@ from emulator.scenario.base import ScenarioError
 from emulator.scenario.describe import _describe, _strip_annotated, _walk
 from emulator.scenario.root import Scenario
 
-
 # ------------------------------------------------------------------------------------ loading, errors
 APPEND = "+"  # a path element of parse_override: append an item to the list (spelled `[+]`)
 _PATH_TOKEN = re.compile(r"\.([A-Za-z_][A-Za-z0-9_]*)|\.(-?[0-9]+)|\[\s*(-?[0-9]+|\+)\s*\]")

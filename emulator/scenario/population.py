@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from emulator.registry import (AVAILABILITY, Plugged)
+from emulator.registry import AVAILABILITY, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 
 

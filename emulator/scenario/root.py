@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from pydantic import Field, model_validator
 
-from emulator.registry import (ALGORITHMS, DATASETS, MODELS, Plugged)
+from emulator.registry import ALGORITHMS, DATASETS, MODELS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 from emulator.scenario.data import DataConfig, ModelConfig
 from emulator.scenario.execution import EvaluationConfig, OutputConfig, RuntimeConfig

@@ -7,8 +7,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from emulator.registry import (ALGORITHMS, SELECTIONS,
-                               SERVER_OPTIMIZERS, Plugged)
+from emulator.registry import ALGORITHMS, SELECTIONS, SERVER_OPTIMIZERS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 
 

@@ -13,18 +13,16 @@ dispatches by global device id. Times are simulated seconds since the run starte
 from __future__ import annotations
 
 import math
-
-import numpy as np
-
-from emulator.scenario import ScenarioError
-from emulator.seeding import assign_by_share
-from emulator.system.traces import assign_rows, read_availability, read_trace  # noqa: F401 (read_trace: re-exported)
 from typing import Literal, Optional
 
+import numpy as np
 from pydantic import Field, model_validator
 
-from emulator.scenario import Strict
-from emulator.scenario import AvailabilitySettings
+from emulator.registry import AVAILABILITY
+from emulator.scenario import AvailabilitySettings, ScenarioError, Strict
+from emulator.seeding import assign_by_share, rng
+from emulator.system.ties import KEEP, entry_index
+from emulator.system.traces import assign_rows, read_availability, read_trace  # noqa: F401 (read_trace: re-exported)
 
 
 class AlwaysAvailable(AvailabilitySettings):
@@ -465,9 +463,6 @@ class AvailabilityMix:
     """The population's availability: each device belongs to one model, by the scenario's shares."""
 
     def __init__(self, entries, num_devices: int, seed: int, world=None):
-        from emulator.seeding import rng
-        from emulator.system.ties import KEEP, entry_index
-
         self.num_devices = num_devices
         if len(entries) == 1:
             self.group = np.zeros(num_devices, dtype=np.uint8)
@@ -559,6 +554,4 @@ class AvailabilityMix:
 
 def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
     """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's)."""
-    from emulator.registry import AVAILABILITY
-
     return AVAILABILITY.get(entry.kind).build(entry, members, stream, key, world)

@@ -11,8 +11,8 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.system.accounting import ParticipationLedger
 from emulator.algorithms.selection import SelectionPolicy
+from emulator.system.accounting import ParticipationLedger
 
 _EMPTY = np.zeros(0, dtype=np.int64)
 

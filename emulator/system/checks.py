@@ -9,8 +9,8 @@ import numpy as np
 
 from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, ScenarioFieldError
-from emulator.system import traces
 from emulator.seeding import assign_by_share
+from emulator.system import traces
 from emulator.system.ties import check_ties
 
 

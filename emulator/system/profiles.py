@@ -8,7 +8,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from emulator.scenario import ScenarioError
 from emulator.seeding import assign_by_share
+from emulator.system.ties import KEEP, entry_index
+from emulator.system.traces import assign_rows, read_capacity
 
 
 @dataclass
@@ -43,8 +46,6 @@ class DeviceProfiles:
     def _tie_kind(self, kind: str, config, world, coupled: tuple[str, ...]) -> None:
         """A rank tie re-deals the drawn columns (and the tier, and any coupled columns) among the devices; a
         group tie sets chosen devices' tier and the tier's values."""
-        from emulator.system.ties import KEEP, entry_index
-
         everyone, columns = np.arange(len(self)), self.COLUMNS[kind]
         source = world.order(kind, everyone, getattr(self, columns[0]))
         if source is not None:
@@ -96,9 +97,6 @@ def capacity_rows(config, n: int, rng: np.random.Generator, rows: dict):
     trace: device k plays row k mod T (assign: cycle) or a random row drawn from `rng` (assign: random).
     `rows` remembers each file's answer, so compute and network read from one file give a device the same
     row (the network entry then keeps the compute entry's assignment)."""
-    from emulator.scenario import ScenarioError
-    from emulator.system.traces import assign_rows, read_capacity
-
     key = (str(config.file), config.format)
     if key in rows:
         table, row, assign = rows[key]

@@ -26,9 +26,9 @@ import math
 import numpy as np
 import simpy
 
-from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.seeding import rng
+from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.profiles import DeviceProfiles

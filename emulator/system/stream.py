@@ -23,9 +23,9 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.system.accounting import transfer_seconds
 from emulator.algorithms.selection import SelectionPolicy, distinct_in_draw_order
 from emulator.seeding import rng
+from emulator.system.accounting import transfer_seconds
 from emulator.system.base import CohortRequest
 from emulator.system.simulated import SimulatedSystem
 

@@ -27,6 +27,8 @@ from functools import lru_cache
 import torch
 from torch import nn
 
+from emulator.scenario import ScenarioError
+
 PRECISIONS = ("fp32", "bf16")
 FAKE_NO_BF16 = "EMULATOR_FAKE_NO_BF16"  # testing hook (see the module docstring)
 CPU_BF16_FLAGS = ("avx512_bf16", "amx_bf16", "bf16")  # /proc/cpuinfo: x86 AVX512-BF16, AMX, Arm's BF16
@@ -117,8 +119,6 @@ def require(precision: str, device: torch.device | str = "cpu", where: str = "th
     reason = missing(precision, device)
     if reason is None:
         return
-    from emulator.scenario import ScenarioError
-
     fake = " (EMULATOR_FAKE_NO_BF16 is set: a testing hook)" if _faked_away() else ""
     raise ScenarioError(
         f"runtime.precision: {precision}, but {where} cannot train in it: {reason}{fake}. Use runtime.precision: "

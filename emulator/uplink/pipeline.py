@@ -14,10 +14,10 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulator.uplink import compression as codec
 from emulator.aggregation.mean import WeightedMean
-from emulator.uplink.privacy import clip
 from emulator.seeding import rng
+from emulator.uplink import compression as codec
+from emulator.uplink.privacy import clip
 
 PRIVACY_COLUMNS = ("dp_clip", "dp_noise_std", "dp_unclipped_fraction", "dp_epsilon", "dp_sampling",
                    "dp_epsilon_device_max", "dp_max_participation")
@@ -35,9 +35,9 @@ class UploadPipeline:
         self.residual_round: dict[int, int] = {}  # device -> the round its residual was last updated
         self.dp = self.accountant = None
         privacy = scenario.privacy
-        if privacy is not None:
-            from emulator.uplink.privacy import DpFedAvg
+        if privacy is not None:  # imported only with DP, for start-up speed (dp-accounting is heavy)
             from emulator.uplink.accounting import NominalAccountant
+            from emulator.uplink.privacy import DpFedAvg
 
             adaptive = privacy.clipping.kind == "adaptive"
             cohort = scenario.algorithm.clients_per_round

@@ -1,0 +1,181 @@
+"""The one object a run's driver hands its results to.
+
+The driver asks the server actor for a round and gives the row to `Recorder.record`; the recorder fans it
+out to every output of the run directory, in an order that keeps the directory consistent if the process
+stops at any point:
+
+    class_accuracy.csv   before the metrics row: a round on record has its classes
+    metrics.csv          flushed and fsynced: the round is on disk before the next one starts
+    tensorboard/         flushed, for a live view (output.tensorboard)
+    events.csv           the round's device events (system.events), fsynced
+    checkpoint.pkl       every output.checkpoint_every rounds and after the last
+    summary.json         the run's figures so far, written at the start and at the end (`finish`)
+    participation.csv    the per-device ledger as of the last recorded round, at the end
+
+What the files hold and where they are is `RunDirectory`'s (rundir.py); this module only decides when
+each is written. What the recorder needs from the server beyond the row (events, the state to
+checkpoint, the ledger) it asks a `Source` for, only when it needs it, so the driver never learns which
+round needs what. When the server actor dies, `rewind` takes every output back to a checkpoint, so the
+rounds after it, run again, are recorded once.
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from emulator.recording import checkpoint as checkpoints
+from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory
+
+if TYPE_CHECKING:
+    from emulator.scenario import Scenario
+
+# a row's per-class test accuracies (evaluation rounds): the server puts them in the row under this key, the
+# recorder takes them out for class_accuracy.csv (never a metrics column)
+CLASS_ACCURACY = "_class_acc"
+
+
+class Source(Protocol):
+    """What the recorder pulls from the server, when a round needs it."""
+
+    def events(self) -> list[tuple]:
+        """The device events since the last call: (round, time_s, device, event) tuples."""
+
+    def state(self) -> dict:
+        """The server's whole state after its last round, to checkpoint."""
+
+    def participation(self, rounds: int) -> dict | None:
+        """The participation ledger as of round `rounds` (column -> values), or None."""
+
+
+class Recorder:
+    """A run's record on disk: every round's row in every output, rewound on a server restart.
+
+    `rows` are the rounds on record, oldest first (after `rewind`, strings as read back from metrics.csv).
+    `summary` is the dict handed to `start`, kept up to date with the run's figures after every round."""
+
+    def __init__(self, directory: RunDirectory, scenario: Scenario, source: Source):
+        self.directory, self.scenario, self.source = directory, scenario, source
+        self.rows: list[dict] = []
+        self.summary: dict = {}
+        self._columns: tuple[str, ...] | None = None
+        self._board = None
+
+    @property
+    def path(self) -> Path:
+        return self.directory.path
+
+    # ------------------------------------------------------------------------------------ lifecycle
+    def start(self, columns: tuple[str, ...], summary: dict) -> None:
+        """Write the run's opening `summary` (with the figures of the rounds already on record, a resume's),
+        then open metrics.csv (with `columns`) and TensorBoard."""
+        self.summary = summary
+        if self.rows:
+            summary.update(progress(self.rows))
+        self._write_summary()
+        self._open(columns)
+
+    def record(self, row: dict) -> None:
+        """One finished round: on disk in every output before this returns. Pops the per-class accuracies
+        (they go to class_accuracy.csv, not into the row)."""
+        r = int(row["round"])
+        class_accuracy = row.pop(CLASS_ACCURACY, None)
+        if class_accuracy is not None:  # before the metrics row: a round on record has its classes
+            self.directory.append_class_accuracy(r, row["sim_time_s"], class_accuracy)
+        self.directory.append(row)
+        if self._board is not None:
+            self._board.append(row)
+        if self.scenario.system.events:
+            self.directory.append_events(self.source.events())
+        self.rows.append(row)
+        every = self.scenario.output.checkpoint_every
+        if (every and r % every == 0) or r == self.scenario.rounds:
+            checkpoints.write(self.path, self.source.state(), self.scenario)
+        self.summary.update(progress(self.rows))  # only a round whose checkpoint is written counts here
+
+    def latest_checkpoint(self) -> tuple[checkpoints.Checkpoint | None, list[str]]:
+        """The newest checkpoint that verifies, and a note for each one that did not."""
+        return checkpoints.latest(self.path)
+
+    def rewind(self, round_done: int) -> list[dict]:
+        """Keep the rounds up to `round_done` (a checkpoint's) in every output and drop the later ones, which
+        are run again. Returns the rows kept. Before `start` (a resume), only the files are rewound."""
+        opened = self._columns is not None
+        self._close_board()
+        self.rows = self.directory.rewind(round_done)
+        if opened:
+            self._open(self._columns)
+        return self.rows
+
+    def finish(self, started: float) -> None:
+        """Write participation.csv (as of the last recorded round) and the final summary, whatever happened;
+        close every output. `started`: when the run started (time.time()), for its wall time."""
+        self._close_board()
+        summary = self.summary
+        try:
+            if self.rows or summary.get("status") == "completed":
+                participation = self.source.participation(len(self.rows))
+                if participation is not None:
+                    self.directory.write_participation(participation)
+        except Exception as exc:  # noqa: BLE001 - a lost ledger (a dead server) must not cost the summary
+            summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
+        if not summary.pop("_keep", False):
+            summary["finished_at"] = stamp(time.time())
+            summary["wall_time_s"] = round(time.time() - started, 3)
+        self._write_summary()
+        self.directory.close()
+
+    # -------------------------------------------------------------------------------------- outputs
+    def _open(self, columns: tuple[str, ...]) -> None:
+        self._columns = columns
+        self.directory.open_metrics(columns)
+        if self.scenario.output.tensorboard:  # event files holding the rows kept so far
+            from emulator.recording.tensorboard import TensorBoardLog
+
+            self._board = TensorBoardLog(self.path, history=self.rows)
+
+    def _close_board(self) -> None:
+        if self._board is not None:
+            self._board.close()
+            self._board = None
+
+    def _write_summary(self) -> None:
+        try:
+            self.directory.write_summary({k: v for k, v in self.summary.items() if k != "_rows"})
+        except OutputError:
+            pass  # a finished run's fuller summary stays as it was
+        except OSError as exc:
+            if exc.errno not in NO_SPACE:
+                raise
+
+
+# ---------------------------------------------------------------------------------------- figures
+def progress(rows: list[dict]) -> dict:
+    """The summary's figures of the rounds on record (rows as written or as read back)."""
+    evaluated = [r for r in rows if r.get("test_acc") not in (None, "")]
+    last = rows[-1]
+    number = lambda v: float(v) if v not in (None, "") else None
+    return {
+        "rounds_completed": int(last["round"]),
+        "rounds_failed": sum(int(r["failed"]) for r in rows),
+        "sim_time_s": float(last["sim_time_s"]),
+        "bytes_down": sum(int(r["bytes_down"]) for r in rows),
+        "bytes_up": sum(int(r["bytes_up"]) for r in rows),
+        "final_test_acc": number(evaluated[-1]["test_acc"]) if evaluated else None,
+        "final_test_loss": number(evaluated[-1]["test_loss"]) if evaluated else None,
+        "best_test_acc": max(float(r["test_acc"]) for r in evaluated) if evaluated else None,
+        **_privacy_spent(last),
+    }
+
+
+def _privacy_spent(last: dict) -> dict:
+    """A private run's epsilon so far, with the assumption the nominal one makes (empty without privacy)."""
+    if last.get("dp_epsilon") in (None, ""):
+        return {}
+    return {"dp_epsilon": float(last["dp_epsilon"]), "dp_sampling": last.get("dp_sampling"),
+            "dp_epsilon_device_max": float(last["dp_epsilon_device_max"])}
+
+
+def stamp(t: float) -> str:
+    """A summary's time stamp: local time with its UTC offset."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))
