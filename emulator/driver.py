@@ -288,14 +288,14 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
                     write_record(directory.path, start.data_source)
-                recorder, resumed_from = Recorder(directory, scenario, server), None
+                recorder, resumed_from = Recorder(directory, scenario, server, on_round), None
             else:
                 resumed_from = server.start(start.checkpoint.state) if start.checkpoint else 0
-                recorder = Recorder(directory, scenario, server)
+                recorder = Recorder(directory, scenario, server, on_round)
                 recorder.rewind(resumed_from)
                 # an extension (--set rounds) is part of the run's record
                 directory.write_scenario(scenario, header=_scenario_header(start.data_source))
-            summary = _loop(scenario, federation, recorder, server, pool, resumed_from, on_round, started, stop,
+            summary = _loop(scenario, federation, recorder, server, pool, resumed_from, started, stop,
                             notify, start.summary)
         finally:
             server.kill()
@@ -305,7 +305,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
     return RunResult(directory.path, summary.pop("_rows"), summary)
 
 
-def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, on_round, started, stop, notify,
+def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, started, stop, notify,
           previous) -> dict:
     """Ask the server for rounds until the scenario's last, handing each to `recorder`; restart a dead
     server from the last checkpoint; set the summary's status (and error) however the run ends."""
@@ -341,8 +341,6 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                 continue
             if len(recorder.rows) > furthest:  # progress past every earlier death: the restarts start counting again
                 furthest, restarts = len(recorder.rows), 0
-            if on_round:
-                on_round(row)
             if stop is not None and stop.is_set():
                 raise RunInterrupted(stop.signum)
         summary["status"] = "completed"

@@ -19,8 +19,8 @@ variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray
 one local Ray instance started for that file in its working directory (RAY_ADDRESS, which emulator's
 ray_session honours as Ray's job submission sets it), instead of each `emulator run` starting and stopping its
 own (several seconds each on 2 cores); that a plain `emulator run` starts its own Ray is tested in
-test_token_auth.py and test_scenario.py. PATH starts with that
-environment's bin/. Running one block alone (`-k 'README.md:58'`) first runs the blocks above it in its file,
+test_token_auth.py, the real entry point's exit codes in test_reliability.py and test_faults.py. PATH starts
+with that environment's bin/. Running one block alone (`-k 'README.md:58'`) first runs the blocks above it in its file,
 except `slow` ones that are not selected: a block must not need a `slow` block above it.
 `make` runs as `make -o .venv/.installed`: the environment under test is never reinstalled (a pip install
 from the temporary copy would point the editable install at it).

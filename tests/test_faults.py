@@ -126,22 +126,22 @@ def test_ctrl_c_during_an_extension_keeps_the_finished_figures(reference, tmp_pa
 # ---------------------------------------------------------------------------------- extending runs
 def test_an_extension_is_recorded_and_survives_a_kill(ray_session, tmp_path):
     reference = tmp_path / "reference"
-    run_scenario(validate_scenario(small_scenario(**{**EVENTS, "rounds": 40})), reference)
+    run_scenario(validate_scenario(small_scenario(**{**EVENTS, "rounds": 20})), reference)
     run = tmp_path / "run"
     run_scenario(validate_scenario(small_scenario(**{**EVENTS, "rounds": 4})), run)
 
-    proc = start_cli(["run", "--resume", str(run), "--set", "rounds=40", "--quiet"])
+    proc = start_cli(["run", "--resume", str(run), "--set", "rounds=20", "--quiet"])
     wait_for_rows(run, 7, proc)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
-    assert yaml.safe_load((run / "scenario.yaml").read_text())["rounds"] == 40  # the extension is on record
-    assert 7 <= len(read_metrics(run)) < 40
+    assert yaml.safe_load((run / "scenario.yaml").read_text())["rounds"] == 20  # the extension is on record
+    assert 7 <= len(read_metrics(run)) < 20
 
-    assert main(["run", "--resume", str(run), "--quiet"]) == 0  # no --set: the record says 40
+    assert main(["run", "--resume", str(run), "--quiet"]) == 0  # no --set: the record says 20
     assert comparable(run) == comparable(reference)
     assert events(run) == events(reference)
     summary = json.loads((run / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["rounds_completed"] == 40 and summary["rounds"] == 40
+    assert summary["status"] == "completed" and summary["rounds_completed"] == 20 and summary["rounds"] == 20
     assert summary["final_test_acc"] == json.loads((reference / "summary.json").read_text())["final_test_acc"]
 
 

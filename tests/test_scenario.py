@@ -1,7 +1,5 @@
 """The scenario schema: good files load, bad files get errors that name the field and the fix."""
 import shlex
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -208,10 +206,10 @@ def test_validate_command_exit_codes(tmp_path, capsys):
     assert "rounds" in err and "Traceback" not in err
 
 
-def test_cli_bad_input_has_no_traceback(tmp_path):
+def test_cli_bad_input_has_no_traceback(tmp_path, capsys):
+    """In this process (exit 2 from a fresh `python -m emulator run`: test_reliability)."""
     bad = write(tmp_path, "name: x\nrounds: 3\nruntime: {num_cpus: -1}\n")
-    proc = subprocess.run([sys.executable, "-m", "emulator", "run", str(bad), "--out", str(tmp_path / "run")],
-                          capture_output=True, text=True)
-    assert proc.returncode == 2
-    assert "runtime.num_cpus" in proc.stderr and "Traceback" not in proc.stderr
+    assert main(["run", str(bad), "--out", str(tmp_path / "run")]) == 2
+    err = capsys.readouterr().err
+    assert "runtime.num_cpus" in err and "Traceback" not in err
     assert not (tmp_path / "run").exists()

@@ -11,6 +11,7 @@ stops at any point:
     checkpoint.pkl       every output.checkpoint_every rounds and after the last
     summary.json         the run's figures so far, written at the start and at the end (`finish`)
     participation.csv    the per-device ledger as of the last recorded round, at the end
+    on_round(row)        last, the caller's listener: the progress bar, a notebook's live plot
 
 What the files hold and where they are is `RunDirectory`'s (rundir.py); this module only decides when
 each is written. What the recorder needs from the server beyond the row (events, the state to
@@ -22,7 +23,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory
@@ -54,8 +55,10 @@ class Recorder:
     `rows` are the rounds on record, oldest first (after `rewind`, strings as read back from metrics.csv).
     `summary` is the dict handed to `start`, kept up to date with the run's figures after every round."""
 
-    def __init__(self, directory: RunDirectory, scenario: Scenario, source: Source):
+    def __init__(self, directory: RunDirectory, scenario: Scenario, source: Source,
+                 on_round: Callable[[dict], None] | None = None):
         self.directory, self.scenario, self.source = directory, scenario, source
+        self.on_round = on_round
         self.rows: list[dict] = []
         self.summary: dict = {}
         self._columns: tuple[str, ...] | None = None
@@ -92,6 +95,8 @@ class Recorder:
         if (every and r % every == 0) or r == self.scenario.rounds:
             checkpoints.write(self.path, self.source.state(), self.scenario)
         self.summary.update(progress(self.rows))  # only a round whose checkpoint is written counts here
+        if self.on_round is not None:  # once the round is on disk: what a progress bar shows is kept
+            self.on_round(row)
 
     def latest_checkpoint(self) -> tuple[checkpoints.Checkpoint | None, list[str]]:
         """The newest checkpoint that verifies, and a note for each one that did not."""
