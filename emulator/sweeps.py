@@ -90,6 +90,7 @@ def plan_sweep(path: str | Path, overrides: list[str], grid: list[tuple[str, lis
 
 def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | None = None,
               address: str | None = None, on_done: Callable[[SweepRun], None] | None = None) -> SweepResult:
+    # imported here, for start-up speed: planning and validating a sweep (plan_sweep) needs none of them
     from emulator.analysis import write_report
     from emulator.driver import run_scenario
     from emulator.runtime.cluster import ray_session
