@@ -17,41 +17,6 @@ ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
 
 
-# ---------------------------------------------------------------------------- two workers (pytest-xdist)
-# `make test` runs `-n 2 --dist loadgroup --no-loadscope-reorder`: a group runs whole on one worker, groups are
-# handed out in the order below, longest first, so neither worker is left with a long tail. A test file is
-# one group (its module fixtures are built once), except: the blocks of one doc file (test_docs.py), which
-# build on each other, are a group per doc file; a shipped scenario is its own group, or one per faked
-# dataset it shares with others (test_shipped_scenarios.py writes each once per worker).
-LONGEST_FIRST = ("test_precision.py", "docs:README.md", "docs:docs/reproduction.md", "docs:docs/privacy.md",
-                 "docs:docs/api.md", "shipped:cifar10", "test_faults.py", "docs:analysis/README.md",
-                 "docs:docs/algorithms.md", "docs:docs/worlds.md", "test_plugins.py", "test_reliability.py")
-
-
-def _group(item) -> str:
-    name = item.path.name
-    if name == "test_docs.py" and hasattr(item, "callspec"):
-        return "docs:" + item.callspec.id.rsplit(":", 1)[0]
-    if name == "test_shipped_scenarios.py" and hasattr(item, "callspec"):
-        import yaml
-
-        data = (yaml.safe_load(Path(item.callspec.params["path"]).read_text()) or {}).get("data") or {}
-        dataset = data.get("dataset", "synthetic")
-        if dataset in ("synthetic", "fashion_mnist"):  # nothing faked to share: a group of its own
-            return "shipped:" + item.callspec.id
-        return f"shipped:{dataset}-{data.get('emnist_split', '')}".rstrip("-")
-    return name
-
-
-@pytest.hookimpl(tryfirst=True)  # before xdist reads the groups
-def pytest_collection_modifyitems(config, items):
-    for item in items:
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    rank = {group: i for i, group in enumerate(LONGEST_FIRST)}
-    order = {id(item): (rank.get(_group(item), len(rank)), i) for i, item in enumerate(items)}
-    items.sort(key=lambda item: order[id(item)])  # stable within a group: its tests keep their file order
-
-
 @pytest.fixture(scope="session")
 def ray_session():
     import ray
