@@ -2,9 +2,9 @@
 availability models, server optimizers) is looked up by name in one of these.
 
 The built-ins register through the same `register` a user's plugin calls, so nothing of ours takes a
-special path. A registry never loads anything itself: the entry points fill it (emulator/parts/). An entry is a name, a factory, an optional pydantic config class (validated with the same
-YAML-path errors as the rest of a scenario) and a few facts the schema asks about (e.g. whether an
-algorithm needs server data). Names are unique: registering a taken name is an error naming both
+special path. A registry never loads anything itself: the entry points fill it (emulator/parts/). An entry
+is a name, a factory, an optional pydantic config class (validated with the same YAML-path errors as the
+rest of a scenario) and a few facts the schema asks about (e.g. whether an algorithm needs server data). Names are unique: registering a taken name is an error naming both
 modules, so two plugins never silently shadow each other.
 
 A scenario field that holds a registered part is declared `Plugged(REGISTRY, Base)`: a pydantic type

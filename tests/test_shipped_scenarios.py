@@ -87,9 +87,9 @@ def _cpu() -> str:
     return torch.backends.cpu.get_cpu_capability()
 
 
-def _check_fingerprint(path: Path, run_dir: Path) -> None:
-    with open(run_dir / "metrics.csv", newline="") as handle:
-        rows = [{k: v for k, v in row.items() if k != "wall_time_s"} for row in csv.DictReader(handle)]
+def _check_fingerprint(path: Path, written: list[dict]) -> None:
+    """`written`: metrics.csv's rows as the strings on disk."""
+    rows = [{k: v for k, v in row.items() if k != "wall_time_s"} for row in written]
     file = _fingerprint_file(path)
     if RECORD:
         FINGERPRINTS.mkdir(exist_ok=True)
@@ -205,5 +205,6 @@ def test_shipped_scenario_runs_two_rounds(path, ray_session, tmp_path, request):
     assert result.summary["status"] == "completed", result.summary
     assert len(result.rows) == 2
     with open(result.path / "metrics.csv", newline="") as handle:
-        assert [row["round"] for row in csv.DictReader(handle)] == ["1", "2"]
-    _check_fingerprint(path, result.path)
+        written = list(csv.DictReader(handle))
+    assert [row["round"] for row in written] == ["1", "2"]
+    _check_fingerprint(path, written)

@@ -1,6 +1,6 @@
 """The emulator's own parts, registered exactly as a user's plugin registers its parts.
 
-This module is imported the first time a registry is asked for a name (emulator/parts/plugins.py), so a
+The entry points import it through `emulator.parts.load_parts` before they validate a scenario, so a
 scenario validates against the same tables whether the part is ours or a plugin's. Each registration
 names the builder, the config class the scenario's section is validated with, and the facts the schema
 needs to check a scenario before anything runs.
@@ -96,8 +96,8 @@ register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_s
 
 def _memory(data, devices: int, seed: int):
     raise ScenarioError(f"data.dataset: memory: this run's samples ({data.options.form}, "
-                          f"{data.options.fingerprint}) were handed over from Python and cannot be read back from "
-                          "the scenario; run or resume it with emulator.run / emulator.resume(run_dir, data=...)")
+                        f"{data.options.fingerprint}) were handed over from Python and cannot be read back from "
+                        "the scenario; run or resume it with emulator.run / emulator.resume(run_dir, data=...)")
 
 
 register_dataset("memory", _memory, config=custom.MemoryOptions, natural=True,
@@ -165,7 +165,8 @@ register_availability("trace", lambda entry, members, stream, key, world: availa
 
 
 # ---------------------------------------------------------------------------------- server optimizers
-register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(), config=server_optimizers.SgdServerOptimizer)
+register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(),
+                          config=server_optimizers.SgdServerOptimizer)
 register_server_optimizer("adagrad", adaptive, config=server_optimizers.AdagradServerOptimizer)
 register_server_optimizer("adam", adaptive, config=server_optimizers.AdamServerOptimizer)
 register_server_optimizer("yogi", adaptive, config=server_optimizers.YogiServerOptimizer)

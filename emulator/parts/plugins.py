@@ -25,7 +25,6 @@ from emulator.registry import RegistryError
 from emulator.training.local import LocalTraining
 
 ENTRY_POINT_GROUP = "fl_emulator.plugins"
-_BUILTINS_LOADED = False
 _ENTRY_POINTS_LOADED = False
 
 
@@ -34,13 +33,11 @@ class PluginError(ScenarioError):
 
 
 def load_builtins() -> None:
-    """The emulator's own parts, registered through the same calls a plugin makes."""
-    global _BUILTINS_LOADED
-    if not _BUILTINS_LOADED:
-        _BUILTINS_LOADED = True
-        # imported when first needed, not with this module: it imports every algorithm, dataset and model,
-        # which `emulator --help` and a plugin module importing emulator.extend need not pay for
-        from emulator.parts import builtins  # noqa: F401  (registers at import)
+    """The emulator's own parts, registered through the same calls a plugin makes (once: a module is
+    imported once per process)."""
+    # imported here, not with this module: importing emulator.parts.plugins (the actors' guards do) must
+    # not fill the registries as a side effect; only an entry point's load_parts does
+    from emulator.parts import builtins  # noqa: F401  (registers at import)
 
 
 def load_entry_points() -> None:
