@@ -222,7 +222,7 @@ def run(scenario: ScenarioLike, *, overrides: Mapping[str, Any] | Iterable[str] 
         federation, source = build_custom_federation(scenario, custom), record(custom)
     check_writable(out, scenario.output.dir)
     path = Path(out) if out is not None else default_run_dir(scenario)
-    _ensure_session(scenario.runtime.address)
+    _ensure_session(scenario.runtime)
     return _drive(scenario, path, progress, source is not None, lambda on_round, stop: run_scenario(
         scenario, path, on_round=on_round, federation=federation, stop=stop, notify=notify, data_source=source))
 
@@ -247,7 +247,7 @@ def resume(run_dir: str | os.PathLike, *, overrides: Mapping[str, Any] | Iterabl
 
         check_same_data(run_dir, memory_record(run_dir), custom)
         federation, source = build_custom_federation(scenario, custom), record(custom)
-    _ensure_session(scenario.runtime.address)
+    _ensure_session(scenario.runtime)
     try:
         return _drive(scenario, run_dir, progress, source is not None, lambda on_round, stop: resume_run(
             run_dir, on_round=on_round, overrides=overrides, stop=stop, notify=notify, federation=federation,
@@ -295,7 +295,8 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Any] | Iterable[str] | None
             print(f"sweep: {len(done)}/{len(runs)} runs, {run_.name}: "
                   f"{'failed: ' + run_.error if run_.error else 'done'}", file=sys.stderr, flush=True)
 
-    _ensure_session(runs[0].scenario.runtime.address)
+    if any(r.scenario.runtime.backend == "ray" for r in runs):
+        _ensure_session(runs[0].scenario.runtime)
     result = run_sweep(runs, out, parallel, target=target, address=runs[0].scenario.runtime.address, on_done=on_done)
     made = [Run(r.path, _point(r.overrides)) for r in result.runs if (r.path / "scenario.yaml").exists()]
     return Sweep(out, made, {r.name: r.error for r in result.failed}, result.report)
@@ -307,10 +308,13 @@ _session: tuple[Any, str | None] | None = None  # (the ray_session context, its 
 _exit_hooked = False
 
 
-def _ensure_session(address: str | None) -> None:
+def _ensure_session(runtime) -> None:
     """Start (or join) Ray once for this process and keep it for later runs; a session the caller started
-    is used as it is."""
+    is used as it is. An in-process run (runtime.backend: inline) needs none."""
     global _session, _exit_hooked
+    if runtime.backend == "inline":
+        return
+    address = runtime.address
     import ray
 
     from emulator.runtime.cluster import ray_session

@@ -17,6 +17,7 @@ import platform
 import sys
 import time
 import uuid
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -32,10 +33,11 @@ from emulator.recording import checkpoint as checkpoints
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime.cluster import ray_session, runner_count
+from emulator.runtime import inline
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
-from emulator.runtime.server import ServerActor
+from emulator.runtime.server import FederatedServer, ServerActor
 from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import torch_seed
 from emulator.system.ties import check_world
@@ -205,22 +207,25 @@ class _Server:
 
     def start(self, state: dict | None = None) -> int:
         if self.actor is not None:
-            ray.kill(self.actor)
+            inline.kill(self.actor)
         runtime = self.scenario.runtime
         self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
-        name = f"server-{self.run_key}-{self.starts}"
-        options = dict(num_cpus=runtime.server_num_cpus, name=name)
-        if self.runtime_env:
-            options["runtime_env"] = self.runtime_env
-        self.actor = ServerActor.options(**options).remote(
-            self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
+        arguments = (self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
+        if self.pool.inline:
+            self.actor = inline.InlineActor(FederatedServer(*arguments))
+        else:
+            options = dict(num_cpus=runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}")
+            if self.runtime_env:
+                options["runtime_env"] = self.runtime_env
+            self.actor = ServerActor.options(**options).remote(*arguments)
         return _remote(self.actor.load_state.remote(state)) if state is not None else 0
 
     def call(self, method: str, *args, stop: StopRequest | None = None):
-        """Call a server method, polling so that a stop request is honoured within POLL_S."""
+        """Call a server method, polling so that a stop request is honoured within POLL_S (in process, the
+        call has returned already: a stop request is honoured after it)."""
         ref = getattr(self.actor, method).remote(*args)
         while stop is not None:
-            ready, _ = ray.wait([ref], timeout=POLL_S)
+            ready, _ = inline.wait([ref], timeout=POLL_S)
             if ready:
                 break
             if stop.is_set():
@@ -229,7 +234,7 @@ class _Server:
 
     def kill(self) -> None:
         if self.actor is not None:
-            ray.kill(self.actor)
+            inline.kill(self.actor)
 
     # what the Recorder pulls, when a round needs it (recorder.Source)
     def events(self) -> list[tuple]:
@@ -239,7 +244,7 @@ class _Server:
         return self.call("get_state")
 
     def participation(self, rounds: int) -> dict | None:
-        return ray.get(self.actor.participation_after.remote(rounds), timeout=5)
+        return inline.get(self.actor.participation_after.remote(rounds), timeout=5)
 
 
 def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
@@ -265,19 +270,24 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                             f"{federation.num_devices} devices")
     check_world(scenario, federation)  # ties the data cannot satisfy are refused before Ray starts
     runtime = scenario.runtime
-    with ray_session(runtime.address) as session_outlives_run:
+    in_process = runtime.backend == "inline"
+    with nullcontext(True) if in_process else ray_session(runtime.address) as session_outlives_run:
         if stop is not None:
             stop.install()  # Ray's init installs a SIGTERM handler of its own: ours comes back
         _check_gpus(runtime)
         context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
                              torch_seed(scenario.seed, "model-init"), scenario.model.options(),
                              tuple(scenario.plugins), runtime.precision)
-        context_box = [ray.put(context)]
-        count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-        begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-        shipped = plugin_environment(scenario.plugins)
-        # the runners' processes start while the server actor's does (both import torch: seconds each)
-        pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
+        if in_process:  # runtime.backend: inline: the same runner and server objects, in this process
+            context_box, shipped = [context], None
+            pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
+        else:
+            context_box = [ray.put(context)]
+            count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
+            begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+            shipped = plugin_environment(scenario.plugins)
+            # the runners' processes start while the server actor's does (both import torch: seconds each)
+            pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
         server = _Server(scenario, context_box, pool, shipped)
         directory = start.directory
         try:
@@ -314,7 +324,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                "rounds": scenario.rounds, "rounds_completed": len(before), "devices": federation.num_devices,
                "train_samples": int(federation.sizes.sum()), "server_samples": int(len(federation.server_indices)),
                "test_samples": len(federation.test), "started_at": previous.get("started_at", stamp(started)),
-               "host": platform.node(), "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
+               "host": platform.node(), "backend": scenario.runtime.backend, "runners": len(pool.runners), "runner_nodes": len(set(pool.node_ids())),
                "resumed_from_round": resumed_from}
     if scenario.plugins:  # where the plugins came from, so that a resume finds them again
         summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
@@ -388,7 +398,7 @@ def _remote(ref):
     """ray.get, unwrapping bad-input errors raised inside an actor (or a runner under it) so they reach the
     user as such: one line, exit 2, no Ray traceback."""
     try:
-        return ray.get(ref)
+        return inline.get(ref)
     except ray.exceptions.RayTaskError as exc:
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
@@ -425,9 +435,14 @@ def _check_gpus(runtime) -> None:
     """A GPU share per runner on a Ray cluster without GPUs would wait forever for resources: refuse it."""
     if runtime.num_gpus <= 0:
         return
-    gpus = ray.cluster_resources().get("GPU", 0)
-    if gpus < runtime.num_gpus:  # one runner needs its whole share
+    if runtime.backend == "inline":
+        import torch
+
+        gpus, where = (runtime.num_gpus if torch.cuda.is_available() else 0), "this process"
+    else:
+        gpus = ray.cluster_resources().get("GPU", 0)
         where = f"the Ray cluster at {runtime.address}" if runtime.address not in (None, "local") else "this machine"
+    if gpus < runtime.num_gpus:  # one runner needs its whole share
         raise ScenarioError(
             f"runtime.num_gpus: {runtime.num_gpus:g}, but {where} has {'no GPU' if not gpus else f'{gpus:g} GPU(s)'} "
             "that Ray can see, so no runner could start. Set runtime.num_gpus: 0 to train on CPUs, or run where a "

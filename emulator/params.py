@@ -6,6 +6,8 @@ makes broadcast, deltas and aggregation simple array arithmetic.
 """
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import torch
 from torch import nn
@@ -22,7 +24,10 @@ def flatten(model: nn.Module) -> np.ndarray:
 
 def load(model: nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector into the model's communicated tensors, in place."""
-    flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
+    vector = np.asarray(vector, dtype=np.float32)
+    with warnings.catch_warnings():  # a read-only vector (as Ray's object store hands it out) is only read here
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        flat = torch.from_numpy(vector)
     offset = 0
     with torch.no_grad():
         for tensor in communicated(model):

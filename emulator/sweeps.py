@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import itertools
 import re
+import sys
 import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -95,9 +97,14 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
     from emulator.driver import run_scenario
     from emulator.runtime.cluster import ray_session
 
+    in_process = [r for r in runs if r.scenario.runtime.backend == "inline"]
+    if in_process and parallel > 1:  # they share this process's torch state (seeds, threads): one at a time
+        print(f"note: runtime.backend inline: the sweep's runs go one at a time in this process (not {parallel} "
+              "at a time); use backend ray to run them side by side", file=sys.stderr, flush=True)
+        parallel = 1
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out, runs)
-    with ray_session(address):
+    with ray_session(address) if len(in_process) < len(runs) else nullcontext():
         def one(run: SweepRun) -> SweepRun:
             try:
                 run_scenario(run.scenario, run.path)

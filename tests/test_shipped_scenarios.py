@@ -1,9 +1,9 @@
 """Every scenario shipped under scenarios/ runs: two rounds each, end to end, through run_scenario.
 
 Validating a scenario is not enough (scenarios/cluster/population_100k.yaml validated but could not be
-partitioned), so each YAML found under scenarios/ is run for 2 rounds (`--set rounds=2`) on the session's
-Ray instance and must finish with status completed and 2 rows of metrics. New scenarios are picked up by the
-glob.
+partitioned), so each YAML found under scenarios/ is run for 2 rounds (`--set rounds=2`), in process
+(runtime.backend: inline) and on the session's Ray instance, and must finish with status completed, 2 rows
+of metrics and the fingerprint recorded for it. New scenarios are picked up by the glob.
 
 Data: Fashion-MNIST is read from Debian's dataset-fashion-mnist directory (the scenario is skipped when it
 is not installed). MNIST, EMNIST and CIFAR-10 cannot be downloaded here, so they are written once per session
@@ -171,9 +171,17 @@ def fake_data(tmp_path_factory):
     return make
 
 
-def _param(path: Path):
-    marks = [pytest.mark.slow] if _name(path) in SLOW else []
-    return pytest.param(path, id=_name(path), marks=marks)
+def _params() -> list:
+    """Every scenario in process (runtime.backend: inline), and those not SLOW on Ray as well: both must give
+    the fingerprints recorded from Ray runs, so the backends agree bit for bit. A SLOW scenario's two rounds
+    cost tens of seconds of training either way, and its Ray path is the same code as the others'."""
+    params = []
+    for path in SCENARIOS:
+        slow = _name(path) in SLOW
+        for backend in ("inline",) if slow else ("ray", "inline"):
+            params.append(pytest.param(path, backend, id=f"{_name(path)}-{backend}",
+                                       marks=[pytest.mark.slow] if slow else []))
+    return params
 
 
 def test_every_listed_scenario_exists():
@@ -183,10 +191,12 @@ def test_every_listed_scenario_exists():
     assert SLOW <= names, sorted(SLOW - names)
 
 
-@pytest.mark.parametrize("path", [_param(p) for p in SCENARIOS])
-def test_shipped_scenario_runs_two_rounds(path, ray_session, tmp_path, request):
+@pytest.mark.parametrize(("path", "backend"), _params())
+def test_shipped_scenario_runs_two_rounds(path, backend, tmp_path, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
     data = load_scenario(path).data
-    overrides = ["rounds=2"]
+    overrides = ["rounds=2", f"runtime.backend={backend}"]
     if data.dataset == "fashion_mnist":
         if not FMNIST_DIR.is_dir():
             pytest.skip(f"Fashion-MNIST is not installed in {FMNIST_DIR} (apt-get install dataset-fashion-mnist)")
@@ -200,7 +210,7 @@ def test_shipped_scenario_runs_two_rounds(path, ray_session, tmp_path, request):
 
     started = time.perf_counter()
     result = run_scenario(scenario, tmp_path / "run")
-    print(f"{_name(path)}: 2 rounds in {time.perf_counter() - started:.1f} s")
+    print(f"{_name(path)} ({backend}): 2 rounds in {time.perf_counter() - started:.1f} s")
 
     assert result.summary["status"] == "completed", result.summary
     assert len(result.rows) == 2

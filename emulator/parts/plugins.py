@@ -130,9 +130,11 @@ def guard(origin: str, part: str, hook: str):
             raise type(inner)(str(inner)) from None
         if not is_plugin(origin):
             raise
+        # chained to the plugin's own exception: in process (runtime.backend: inline) its traceback, down to
+        # the plugin's line, is there for a debugger (python -m pdb) or a notebook's %debug
         raise PluginError(f"plugin {origin}: {part}'s {hook} raised {_cause(inner)}; fix the plugin, then run "
                           "again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
-                          ) from None
+                          ) from inner
 
 
 def innermost(exc: BaseException) -> BaseException:

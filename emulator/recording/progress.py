@@ -22,10 +22,14 @@ class RunProgress:
 
     def __enter__(self) -> "RunProgress":
         if self.enabled:
+            # in process (runtime.backend: inline) a plugin's breakpoint() owns the terminal mid-round: the bar
+            # is drawn only after each round and leaves stdout alone, so pdb's prompt is never drawn over
+            live = getattr(self.scenario.runtime, "backend", "ray") != "inline"
             self._progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("acc {task.fields[acc]}"), TextColumn("sim {task.fields[sim]}"),
-                TimeElapsedColumn(), console=self.console or Console(stderr=True), transient=False)
+                TimeElapsedColumn(), console=self.console or Console(stderr=True), transient=False,
+                auto_refresh=live, redirect_stdout=live, redirect_stderr=live)
             self._progress.__enter__()
             self._task = self._progress.add_task(self.scenario.name, total=self.scenario.rounds, acc="-", sim="0s")
         return self
@@ -36,7 +40,7 @@ class RunProgress:
         if self._progress is not None:
             self._progress.update(self._task, completed=int(row["round"]),
                                   acc="-" if self._acc is None else f"{self._acc:.3f}",
-                                  sim=format_duration(row["sim_time_s"]))
+                                  sim=format_duration(row["sim_time_s"]), refresh=True)
 
     def __exit__(self, *exc) -> None:
         if self._progress is not None:

@@ -13,7 +13,8 @@ from typing import Callable, Iterator, Sequence, TypeVar
 
 import ray
 
-from emulator.runtime.runner import RunnerActor
+from emulator.runtime import inline
+from emulator.runtime.runner import DeviceRunner, RunnerActor
 
 Job = TypeVar("Job")
 logger = logging.getLogger(__name__)
@@ -51,6 +52,17 @@ class RunnerPool:
         if not runners:
             raise ValueError("a runner pool needs at least one runner")
         self.runners = list(runners)
+        self.inline = all(inline.is_inline(r) for r in self.runners)
+
+    @classmethod
+    def in_process(cls, count: int, torch_threads: int | None, gpu: bool = False) -> "RunnerPool":
+        """`count` runners in this process (runtime.backend: inline): each job runs when it is handed out,
+        in job order, so the results are those of Ray runners."""
+        return cls([inline.InlineActor(DeviceRunner(torch_threads, gpu=gpu)) for _ in range(count)])
+
+    def put(self, value):
+        """Put a value where the runners read it: Ray's object store, or nowhere (in-process runners)."""
+        return inline.put(value, self.inline)
 
     @classmethod
     def start(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
@@ -89,11 +101,11 @@ class RunnerPool:
                 in_flight[call(self.runners[runner], jobs[submitted])] = (submitted, runner)
                 load[runner] += 1
                 submitted += 1
-            ready, _ = ray.wait(list(in_flight), num_returns=1)
+            ready, _ = inline.wait(list(in_flight), num_returns=1)
             for ref in ready:
                 index, runner = in_flight.pop(ref)
                 load[runner] -= 1
-                done[index] = ray.get(ref)
+                done[index] = inline.get(ref)
             while next_out in done:
                 yield done.pop(next_out)
                 next_out += 1
@@ -120,10 +132,11 @@ class RunnerPool:
     shared_key = None
 
     def prepare(self, run_key: str, context_box: list) -> None:
-        ray.get([r.prepare.remote(run_key, context_box) for r in self.runners])
+        for ref in [r.prepare.remote(run_key, context_box) for r in self.runners]:
+            inline.get(ref)
 
     def node_ids(self) -> list[str]:
-        return ray.get([r.node_id.remote() for r in self.runners])
+        return [inline.get(ref) for ref in [r.node_id.remote() for r in self.runners]]
 
     def shutdown(self) -> None:
         """Stop the runners, unless they are shared with later runs of this session."""
@@ -132,7 +145,7 @@ class RunnerPool:
                 _IN_USE[self.shared_key] -= 1
             return
         for runner in self.runners:
-            ray.kill(runner)
+            inline.kill(runner)
 
 
 _SHARED: dict[tuple, list] = {}

@@ -61,11 +61,14 @@ class DeviceRunner:
 
     max_cached_runs = 4
 
-    def __init__(self, torch_threads: int | None = None):
+    def __init__(self, torch_threads: int | None = None, gpu: bool | None = None):
+        """`gpu`: train on CUDA; None (a Ray actor): when Ray gave this runner a GPU share."""
         set_torch_threads(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
         self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
-        gpu = torch.cuda.is_available() and bool(ray.is_initialized() and ray.get_gpu_ids())
+        if gpu is None:
+            gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
+        gpu = gpu and torch.cuda.is_available()
         self.device = torch.device("cuda" if gpu else "cpu")
         _warm_up()
 
@@ -151,6 +154,8 @@ class DeviceRunner:
         return x[index], y[index]
 
     def node_id(self) -> str:
+        if not ray.is_initialized():  # in the driver's process (runtime.backend: inline)
+            return _host()
         return ray.get_runtime_context().get_node_id()
 
     def ping(self) -> bool:

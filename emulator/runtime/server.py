@@ -22,6 +22,7 @@ from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
 from emulator.recording import bias
 from emulator.recording.recorder import CLASS_ACCURACY
 from emulator.registry import ALGORITHMS
+from emulator.runtime import inline
 from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario, ScenarioError
@@ -148,7 +149,7 @@ class FederatedServer:
         def streamed():
             if not groups:
                 return
-            params_ref = ray.put(self.params)
+            params_ref = self.pool.put(self.params)
             for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
                     self.context_box, params_ref, group, runtime.vectorise)):
                 for update in group:
@@ -227,7 +228,7 @@ class FederatedServer:
             by_version.setdefault(task.version, []).append((task, job))
         for version, pairs in by_version.items():
             if version not in self._version_refs:
-                self._version_refs[version] = ray.put(self._versions[version])
+                self._version_refs[version] = self.pool.put(self._versions[version])
             groups = group_jobs(pairs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes)
             for group in groups:
                 runner = self.pool.runners[self._next_runner % len(self.pool.runners)]
@@ -242,7 +243,7 @@ class FederatedServer:
         if task.task_id not in self._pending:
             self._submit([task])
         ref, index = self._pending.pop(task.task_id)
-        return self.upload.encode(ray.get(ref)[index], self.round, ("task", task.task_id))
+        return self.upload.encode(inline.get(ref)[index], self.round, ("task", task.task_id))
 
     def _row(self, r: int, plan, outcome, devices, counts, stats) -> dict:
         trained = [s for s in stats if s.steps > 0]

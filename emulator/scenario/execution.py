@@ -3,13 +3,16 @@ from __future__ import annotations
 
 from typing import Literal, Optional
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
 from emulator.scenario.base import Strict
 
 
 # ---------------------------------------------------------------------------------------- execution
 class RuntimeConfig(Strict):
+    # ray: runner and server actors on a local Ray instance or a cluster. inline: the same code in this
+    # process, no Ray (debugging a plugin with breakpoint(), tiny runs); the same metrics (emulator/runtime/inline.py)
+    backend: Literal["ray", "inline"] = "ray"
     address: Optional[str] = None
     runners: Optional[int] = Field(None, gt=0)
     num_cpus: float = Field(1.0, gt=0)
@@ -19,6 +22,13 @@ class RuntimeConfig(Strict):
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/training/precision.py)
     vectorise: bool = False  # train each group's devices at once (emulator/training/cohort.py) where the model allows
     group_size: Optional[int] = Field(None, gt=0)  # devices per runner task; None: from the round's reports
+
+    @model_validator(mode="after")
+    def _inline_runs_here(self):
+        if self.backend == "inline" and self.address not in (None, "local"):
+            raise ValueError(f"backend 'inline' runs in this process, but address is {self.address!r}; "
+                             "use backend: ray to run on a cluster, or leave address unset")
+        return self
 
     def numerics(self) -> dict:
         """The runtime fields that change a run's numbers (in the last bits, or more), where they differ from
