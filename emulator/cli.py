@@ -40,6 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--out", help="run directory (default: OUTPUT_DIR/NAME-TIMESTAMP)")
     run.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     run.add_argument("--quiet", action="store_true", help="no progress bar")
+    run.add_argument("--profile-startup", action="store_true",
+                     help="print where the start-up went: imports, validation, data, Ray, actors, first round")
 
     validate = commands.add_parser("validate", help="check a scenario file and print it resolved")
     scenario_args(validate)
@@ -107,10 +109,15 @@ def _validate(args) -> int:
 
 
 def _run(args) -> int:
+    from emulator.runtime.startup import StartupProfile
+
+    profile = StartupProfile()
     from emulator.driver import AlreadyFinished, resumable_scenario, resume_run, run_scenario
     from emulator.parts import load_scenario
     from emulator.recording.progress import RunProgress, format_duration
     from emulator.runtime.interrupts import stop_on_signals
+
+    profile.span("interpreter, imports", profile.origin)
 
     if (args.scenario is None) == (args.resume is None):
         raise ScenarioError("emulator run: give a scenario file, or --resume RUN_DIR (not both)")
@@ -122,17 +129,21 @@ def _run(args) -> int:
             if args.plugins:
                 raise ScenarioError("--plugin: a resumed run uses the plugins it started with (its scenario.yaml); "
                                     "drop --plugin")
-            scenario = resumable_scenario(args.resume, overrides)
+            with profile.phase("validation"):
+                scenario = resumable_scenario(args.resume, overrides)
             try:
                 with RunProgress(scenario, enabled=not args.quiet) as progress:
-                    result = resume_run(args.resume, on_round=progress.update, overrides=overrides, stop=stop)
+                    result = resume_run(args.resume, on_round=progress.update, overrides=overrides, stop=stop,
+                                        profile=profile)
             except AlreadyFinished as done:
                 print(done, file=sys.stderr)
                 return EXIT_OK
         else:
-            scenario = load_scenario(args.scenario, overrides, args.plugins)
+            with profile.phase("validation"):
+                scenario = load_scenario(args.scenario, overrides, args.plugins)
             with RunProgress(scenario, enabled=not args.quiet) as progress:
-                result = run_scenario(scenario, args.out, on_round=progress.update, stop=stop)
+                result = run_scenario(scenario, args.out, on_round=progress.update, stop=stop, profile=profile)
+    profile.span("whole run, to the end of its shutdown", profile.origin)
     summary = result.summary
     parts = [f"{scenario.name}: {summary['rounds_completed']} rounds"]
     if summary.get("final_test_acc") is not None:
@@ -144,6 +155,9 @@ def _run(args) -> int:
     parts.append(f"{(summary['bytes_down'] + summary['bytes_up']) / 1e6:.1f} MB")
     parts.append(f"wall {summary['wall_time_s']:.1f} s")
     print(", ".join(parts) + f" -> {Path(result.path)}")
+    if args.profile_startup:  # seconds from this process's start (phases may overlap: data loads while Ray starts)
+        print(f"start-up profile ({scenario.runtime.backend} backend; seconds from the process's start):\n"
+              f"{profile.table()}", file=sys.stderr)
     return EXIT_OK
 
 

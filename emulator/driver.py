@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import platform
 import sys
+import threading
 import time
 import uuid
-from contextlib import nullcontext
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -32,12 +33,13 @@ from emulator.parts.plugins import innermost, module_files
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
-from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime import inline
+from emulator.runtime.cluster import ray_session, runner_count
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
 from emulator.runtime.server import FederatedServer, ServerActor
+from emulator.runtime.startup import StartupProfile
 from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import torch_seed
 from emulator.system.ties import check_world
@@ -67,18 +69,18 @@ class AlreadyFinished(Exception):
 def run_scenario(scenario: Scenario, out: str | Path | None = None,
                  on_round: Callable[[dict], None] | None = None, federation: Federation | None = None,
                  stop: StopRequest | None = None, notify: Callable[[str], None] | None = None,
-                 data_source: dict | None = None) -> RunResult:
+                 data_source: dict | None = None, profile: StartupProfile | None = None) -> RunResult:
     """Run every round of `scenario`; each finished round is on disk before the next starts.
 
     `federation` replaces the data the scenario describes (bring your own data); it must hold
     population.devices devices. `data_source` (emulator.data.custom.record) says where it came from: the
     run directory records it (data.json, summary.json, a comment heading scenario.yaml). `stop`, when set
     (by a signal handler or another thread), ends the run at the next poll with RunInterrupted, keeping
-    every finished round."""
+    every finished round. `profile` collects the start-up phases' timings (emulator run --profile-startup)."""
     check_writable(out, scenario.output.dir)  # before Ray starts: a bad path costs nothing
     RunDirectory.check_free(scenario, out)     # an existing run is never touched
     start = _Start(out=out, data_source=data_source, summary=_data_summary(data_source))
-    return _execute(scenario, start, on_round, federation, stop, notify or _to_stderr)
+    return _execute(scenario, start, on_round, federation, stop, notify or _to_stderr, profile)
 
 
 def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
@@ -114,7 +116,7 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
 def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = None,
                overrides: list[str] | None = None, stop: StopRequest | None = None,
                notify: Callable[[str], None] | None = None, federation: Federation | None = None,
-               data_source: dict | None = None) -> RunResult:
+               data_source: dict | None = None, profile: StartupProfile | None = None) -> RunResult:
     """Continue an interrupted run from its last valid checkpoint, in its own directory; with
     `--set rounds=N`, extend a finished one. Raises AlreadyFinished when there is nothing to do.
     A run on in-memory data needs its `federation` again (emulator.resume checks its fingerprint)."""
@@ -127,7 +129,7 @@ def resume_run(run_dir: str | Path, on_round: Callable[[dict], None] | None = No
     try:
         start = _plan_resume(directory, scenario, notify)
         start.data_source = data_source
-        return _execute(scenario, start, on_round, federation, stop, notify)
+        return _execute(scenario, start, on_round, federation, stop, notify, profile)
     finally:
         directory.unlock()
 
@@ -195,30 +197,41 @@ def _plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> _Start:
 
 # ----------------------------------------------------------------------------------------- running
 class _Server:
-    """The server actor, started again from the last checkpoint if it dies."""
+    """The server actor, started again from the last checkpoint if it dies.
 
-    def __init__(self, scenario: Scenario, context_box: list, pool: RunnerPool, runtime_env: dict | None = None):
-        self.scenario, self.context_box, self.pool = scenario, context_box, pool
+    Its process is started empty first (`spawn`), so that it imports torch while the driver loads the data;
+    `start` gives it the run (and a checkpoint's state)."""
+
+    def __init__(self, scenario: Scenario, run_key: str, pool: RunnerPool, runtime_env: dict | None = None):
+        self.scenario, self.run_key, self.pool = scenario, run_key, pool
         self.runtime_env = runtime_env
-        self.run_key = unbox(context_box).key
+        self.context_box: list | None = None
         self.actor = None
         self.starts = 0
-        self.start()
+        self.spawn()
 
-    def start(self, state: dict | None = None) -> int:
+    def spawn(self) -> None:
+        """A new, empty server (its process starting, on Ray); the old one is stopped."""
         if self.actor is not None:
             inline.kill(self.actor)
-        runtime = self.scenario.runtime
         self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
-        arguments = (self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners, runtime.torch_threads)
         if self.pool.inline:
-            self.actor = inline.InlineActor(FederatedServer(*arguments))
-        else:
-            options = dict(num_cpus=runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}")
-            if self.runtime_env:
-                options["runtime_env"] = self.runtime_env
-            self.actor = ServerActor.options(**options).remote(*arguments)
-        return _remote(self.actor.load_state.remote(state)) if state is not None else 0
+            self.actor = inline.InlineActor(FederatedServer())
+            return
+        options = dict(num_cpus=self.scenario.runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}")
+        if self.runtime_env:
+            options["runtime_env"] = self.runtime_env
+        self.actor = ServerActor.options(**options).remote()
+
+    def start(self, context_box: list | None = None, state: dict | None = None, fresh: bool = True) -> int:
+        """Set the server up for the run (a new one unless `fresh` is False), from `state` when given; the
+        round it continues after."""
+        if fresh:
+            self.spawn()
+        self.context_box = context_box or self.context_box
+        self.call("setup", self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners,
+                  self.scenario.runtime.torch_threads)
+        return self.call("load_state", state) if state is not None else 0
 
     def call(self, method: str, *args, stop: StopRequest | None = None):
         """Call a server method, polling so that a stop request is honoured within POLL_S (in process, the
@@ -247,9 +260,11 @@ class _Server:
         return inline.get(self.actor.participation_after.remote(rounds), timeout=5)
 
 
-def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
+def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, notify,
+             profile: StartupProfile | None = None) -> RunResult:
     try:
-        return _execute_run(scenario, start, on_round, federation, stop, notify)
+        return _execute_run(scenario, start, on_round, federation, stop, notify,
+                            profile or StartupProfile(origin=time.time()))
     except OSError as exc:
         if exc.errno not in NO_SPACE:
             raise
@@ -259,54 +274,58 @@ def _execute(scenario: Scenario, start: _Start, on_round, federation, stop, noti
                           ) from None
 
 
-def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, notify) -> RunResult:
+def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, notify, profile) -> RunResult:
     started = time.time()
     _check_local_precision(scenario.runtime)  # bf16 on a machine without it: refused before data and Ray
-    if federation is None:
-        federation = build_federation(scenario.data, scenario.population.devices, scenario.seed,
-                                      scenario.population.types)
-    elif federation.num_devices != scenario.population.devices:
-        raise ScenarioError(f"population.devices: {scenario.population.devices}, but the given federation has "
-                            f"{federation.num_devices} devices")
-    check_world(scenario, federation)  # ties the data cannot satisfy are refused before Ray starts
     runtime = scenario.runtime
     in_process = runtime.backend == "inline"
-    with nullcontext(True) if in_process else ray_session(runtime.address) as session_outlives_run:
+    # The data loads while Ray and the actor processes start (each of those imports torch: seconds).
+    data = _Data(scenario, federation, profile, background=not in_process)
+    run_key = f"{scenario.name}-{uuid.uuid4().hex[:12]}"
+    with ExitStack() as session:
+        if in_process:
+            session_outlives_run = True
+        else:
+            with profile.phase("ray.init"):
+                session_outlives_run = session.enter_context(ray_session(runtime.address))
         if stop is not None:
             stop.install()  # Ray's init installs a SIGTERM handler of its own: ours comes back
         _check_gpus(runtime)
-        context = RunContext(f"{scenario.name}-{uuid.uuid4().hex[:12]}", federation, scenario.model.name,
-                             torch_seed(scenario.seed, "model-init"), scenario.model.options(),
-                             tuple(scenario.plugins), runtime.precision)
-        if in_process:  # runtime.backend: inline: the same runner and server objects, in this process
-            context_box, shipped = [context], None
-            pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
-        else:
-            context_box = [ray.put(context)]
-            count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-            begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-            shipped = plugin_environment(scenario.plugins)
-            # the runners' processes start while the server actor's does (both import torch: seconds each)
-            pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
-        server = _Server(scenario, context_box, pool, shipped)
+        with profile.phase("actors started"):
+            if in_process:  # runtime.backend: inline: the same runner and server objects, in this process
+                shipped = None
+                pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
+            else:
+                count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
+                begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+                shipped = plugin_environment(scenario.plugins)
+                pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
+            server = _Server(scenario, run_key, pool, shipped)
         directory = start.directory
         try:
-            for note in server.call("preflight"):
-                notify(f"note: {note}")
-            _prepare(pool, context.key, context_box)
+            federation = data.result()
+            context = RunContext(run_key, federation, scenario.model.name, torch_seed(scenario.seed, "model-init"),
+                                 scenario.model.options(), tuple(scenario.plugins), runtime.precision)
+            context_box = [context] if in_process else [ray.put(context)]
+            with profile.phase("actors ready (server set up, runners loaded the run)"):
+                state = start.checkpoint.state if directory is not None and start.checkpoint else None
+                loaded = server.start(context_box, state, fresh=False)
+                for note in server.call("preflight"):
+                    notify(f"note: {note}")
+                _prepare(pool, context.key, context_box)
             if directory is None:
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
                     write_record(directory.path, start.data_source)
                 recorder, resumed_from = Recorder(directory, scenario, server, on_round), None
             else:
-                resumed_from = server.start(start.checkpoint.state) if start.checkpoint else 0
+                resumed_from = loaded
                 recorder = Recorder(directory, scenario, server, on_round)
                 recorder.rewind(resumed_from)
                 # an extension (--set rounds) is part of the run's record
                 directory.write_scenario(scenario, header=_scenario_header(start.data_source))
             summary = _loop(scenario, federation, recorder, server, pool, resumed_from, started, stop,
-                            notify, start.summary)
+                            notify, start.summary, profile)
         finally:
             server.kill()
             pool.shutdown()
@@ -315,8 +334,58 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
     return RunResult(directory.path, summary.pop("_rows"), summary)
 
 
+class _Data:
+    """The run's federation, built in a background thread while Ray starts (or here, when nothing else
+    waits); `result` joins it, raising what building it raised. Ties the data cannot satisfy are refused
+    with it."""
+
+    def __init__(self, scenario: Scenario, federation: Federation | None, profile: StartupProfile,
+                 background: bool):
+        self.scenario, self.federation, self.profile = scenario, federation, profile
+        self.error: BaseException | None = None
+        self.thread = None
+        if federation is not None:
+            self._check(federation)
+        elif background:
+            self.thread = threading.Thread(target=self._build_quietly, name="emulator-data", daemon=True)
+            self.thread.start()
+        else:
+            self.federation = self._build()
+
+    def _build(self) -> Federation:
+        scenario = self.scenario
+        with self.profile.phase("data (load, partition)"):
+            federation = build_federation(scenario.data, scenario.population.devices, scenario.seed,
+                                          scenario.population.types)
+        self._check(federation)
+        return federation
+
+    def _check(self, federation: Federation) -> None:
+        population = self.scenario.population
+        if federation.num_devices != population.devices:
+            raise ScenarioError(f"population.devices: {population.devices}, but the given federation has "
+                                f"{federation.num_devices} devices")
+        check_world(self.scenario, federation)  # ties the data cannot satisfy
+
+    def _build_quietly(self) -> None:
+        try:
+            self.federation = self._build()
+        except BaseException as exc:  # handed to the main thread by result()
+            self.error = exc
+
+    def result(self) -> Federation:
+        if self.thread is not None:
+            while self.thread.is_alive():
+                self.thread.join(POLL_S)  # a short join, so Ctrl-C reaches the main thread meanwhile
+            self.thread = None
+        if self.error is not None:
+            error, self.error = self.error, None
+            raise error
+        return self.federation
+
+
 def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, started, stop, notify,
-          previous) -> dict:
+          previous, profile: StartupProfile) -> dict:
     """Ask the server for rounds until the scenario's last, handing each to `recorder`; restart a dead
     server from the last checkpoint; set the summary's status (and error) however the run ends."""
     before = recorder.rows  # the rounds already on record (a resume's)
@@ -334,6 +403,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
     clock_offset = float(before[-1]["wall_time_s"]) if before else 0.0
     rounds_started = time.time()
     restarts, furthest = 0, len(before)
+    first_round = len(before) + 1
     if stop is not None:
         stop.deferred = True  # from here a signal stops the run at the next poll
     try:
@@ -343,6 +413,8 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                 row = server.call("run_round", stop=stop)
                 row["wall_time_s"] = round(clock_offset + time.time() - rounds_started, 4)
                 recorder.record(row)  # on disk, checkpointed when due, in the summary's figures
+                if len(recorder.rows) == first_round:
+                    profile.span("first round (trained, recorded)", rounds_started)
             except ray.exceptions.RayActorError as exc:
                 restarts += 1
                 if restarts > SERVER_RESTARTS:

@@ -11,6 +11,20 @@ import numpy as np
 import torch
 
 
+def canonical_strides(array: np.ndarray) -> np.ndarray:
+    """A C-contiguous array (a view when it already is one) with the strides a fresh array of its shape has.
+
+    numpy lets a length-1 axis carry any stride. torch reads an image batch whose single channel has stride 1
+    as channels_last and picks other convolution kernels for it (other last bits) than for the same values
+    with the default strides, which is what pickling (Ray's object store) gives: so a run in process
+    (runtime.backend: inline) trains bit for bit as the Ray runners do only on canonical strides."""
+    array = np.ascontiguousarray(array)
+    strides = tuple(int(np.prod(array.shape[i + 1:], dtype=np.int64)) * array.itemsize for i in range(array.ndim))
+    if array.strides == strides:
+        return array
+    return np.lib.stride_tricks.as_strided(array, array.shape, strides, writeable=array.flags.writeable)
+
+
 @dataclass
 class ArrayDataset:
     """Samples as arrays. x: (N, C, H, W) uint8 images, (N, D) float32 features or (N, T) token ids (any
@@ -34,7 +48,7 @@ class ArrayDataset:
         given sample indices (all when None)."""
         x = self.x if indices is None else self.x[indices]
         y = self.y if indices is None else self.y[indices]
-        inputs = torch.from_numpy(np.ascontiguousarray(x))
+        inputs = torch.from_numpy(canonical_strides(x))
         if inputs.dtype == torch.uint8:
             inputs = inputs.to(torch.float32).div_(255.0)
         elif inputs.is_floating_point() or inputs.dtype == torch.bool:

@@ -46,7 +46,14 @@ ASYNC_COLUMNS = ("version", "staleness_mean", "staleness_max", "concurrency_mean
 
 
 class FederatedServer:
-    def __init__(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None):
+    def __init__(self, scenario: dict | None = None, context_box: list | None = None, runners: list | None = None,
+                 torch_threads: int | None = None):
+        """Set up for a run at once when given one. The driver starts the server actor empty, so that its
+        process imports torch while the driver still loads the data, and gives it the run with `setup`."""
+        if scenario is not None:
+            self.setup(scenario, context_box, runners, torch_threads)
+
+    def setup(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None) -> None:
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
         load_parts(scenario.get("plugins", []))  # before validating: plugins register the names it uses
         self.scenario = Scenario.model_validate(scenario)
