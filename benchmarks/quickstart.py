@@ -9,15 +9,14 @@ Every contender runs as its own child process, so each pays its own interpreter 
   as many devices as the emulator's round had reporting (metrics.csv `participants`, 20 each round), drawn
   uniformly at random, 10 SGD steps of batch min(32, samples) each, lr 0.05, averages their deltas
   weighted by samples, and evaluates on the whole test set (batch 1024) every 5 rounds.
-- `emulator run scenarios/quickstart.yaml` (the CLI, as a user runs it), wall clock from process start
-  to exit.
-- the same CLI call in a child that wraps the driver's phases with timestamps (nothing else changes), for
-  the breakdown: interpreter + imports, scenario + data, ray.init, actor start (runner pool, server actor,
-  preflight, runners loading the run), rounds, shutdown (actors killed, ray.shutdown), exit.
+- `emulator run scenarios/quickstart.yaml --profile-startup` (the CLI, as a user runs it), wall clock from
+  process start to exit: cold (runtime.backend ray, the default: a fresh Ray instance and actor processes)
+  and in process (runtime.backend inline: no Ray). The start-up phases come from --profile-startup's
+  table: interpreter and imports, validation, data, ray.init, actors started, actors ready, first round.
 
     .venv/bin/python benchmarks/quickstart.py [--repeat 3] [--rounds 60] [--before DIR]
 
---before DIR also runs the two emulator contenders with the emulator imported from DIR (PYTHONPATH; e.g.
+--before DIR also runs the cold contender with the emulator imported from DIR (PYTHONPATH; e.g.
 `mkdir DIR && git archive HEAD~1 emulator | tar -x -C DIR`), interleaved, to measure a change. Machines are
 noisy: each contender runs --repeat times, interleaved, and the table gives the median. The plain loop draws
 its devices uniformly (the emulator's follow availability), so its accuracy differs a little; its work is
@@ -29,6 +28,7 @@ import argparse
 import csv
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -112,45 +112,6 @@ def plain_child(threads: int, rounds: int, participants: list[int] | None) -> No
     print(json.dumps({"start": start, "imported": imported, "built": built, "done": done, "accuracy": accuracy}))
 
 
-def phases_child(out: str, rounds: int) -> None:
-    """`emulator run` through the CLI's own main(), with the driver's phases wrapped in timestamps (the calls
-    themselves are unchanged). Prints one JSON line of timestamps (time.time())."""
-    marks: dict[str, float] = {"start": time.time()}
-    import emulator.cli
-    import emulator.driver as driver
-    from emulator.runtime import cluster
-    from emulator.runtime.pool import RunnerPool
-
-    marks["imported"] = time.time()
-
-    def stamp(owner, name, before=None, after=None):
-        original = getattr(owner, name)
-
-        def wrapped(*args, **kwargs):
-            if before and before not in marks:
-                marks[before] = time.time()
-            try:
-                return original(*args, **kwargs)
-            finally:
-                if after:
-                    marks[after] = time.time()
-        setattr(owner, name, wrapped)
-
-    stamp(driver, "run_scenario", before="main")
-    stamp(cluster.ray, "init", before="ray_init", after="ray_ready")
-    stamp(driver, "_loop", before="rounds", after="rounds_done")
-    stamp(driver, "_finish", before="finish")
-    stamp(RunnerPool, "shutdown", before="pool_shutdown")
-    if hasattr(cluster, "_stop_autoscaler_monitor"):  # part of the shutdown (see cluster.ray_session)
-        stamp(cluster, "_stop_autoscaler_monitor", before="ray_shutdown")
-    stamp(cluster.ray, "shutdown", before="ray_shutdown", after="ray_down")
-    stamp(driver.RunDirectory, "open_metrics", after="first_round_ready")
-    code = emulator.cli.main(["run", str(SCENARIO), "--quiet", "--set", f"output.dir={out}", "--set", f"rounds={rounds}"])
-    marks["main_done"] = time.time()
-    print(json.dumps(marks), flush=True)
-    sys.exit(code)
-
-
 # ------------------------------------------------------------------------------------------ parent
 def _env(source: str | None) -> dict | None:
     """The environment of a child that imports the emulator from `source` (another checkout), or None: this one."""
@@ -172,33 +133,35 @@ def _last_json(stdout: str) -> dict:
     return json.loads([line for line in stdout.splitlines() if line.startswith("{")][-1])
 
 
-def run_emulator(rounds: int, source: str | None = None) -> tuple[float, list[int], float]:
+def run_emulator(rounds: int, backend: str, source: str | None = None) -> dict:
+    """`emulator run scenarios/quickstart.yaml --profile-startup` as a user runs it: the whole process's
+    seconds, its participants per round, its accuracy and its start-up phases (from the process's start)."""
     with tempfile.TemporaryDirectory() as out:
-        launched, ended, stdout = _run([str(EMULATOR), "run", str(SCENARIO), "--quiet", "--set", f"output.dir={out}",
-                                        "--set", f"rounds={rounds}"], _env(source))
+        command = [str(EMULATOR), "run", str(SCENARIO), "--quiet", "--profile-startup", "--set", f"output.dir={out}",
+                   "--set", f"rounds={rounds}", "--set", f"runtime.backend={backend}"]
+        launched = time.time()
+        result = subprocess.run(command, capture_output=True, text=True, env=_env(source), cwd=ROOT)
+        ended = time.time()
+        if result.returncode != 0:
+            sys.exit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
         run_dir = next(Path(out).iterdir())
         with open(run_dir / "metrics.csv") as handle:
             participants = [int(row["participants"]) for row in csv.DictReader(handle)]
         accuracy = json.loads((run_dir / "summary.json").read_text())["final_test_acc"]
-    return ended - launched, participants, accuracy
+    return {"whole": ended - launched, "participants": participants, "accuracy": accuracy,
+            "phases": _phases(result.stderr)}
 
 
-def run_phases(rounds: int, source: str | None = None) -> dict:
-    with tempfile.TemporaryDirectory() as out:
-        launched, ended, stdout = _run([sys.executable, __file__, "--child", "phases", "--out", out,
-                                        "--rounds", str(rounds)], _env(source))
-    m = _last_json(stdout)
-    return {
-        "interpreter + imports": m["imported"] - launched,
-        "scenario + data": m["ray_init"] - m["imported"],
-        "ray.init": m["ray_ready"] - m["ray_init"],
-        "actors start (runners, server, preflight, prepare)": m["rounds"] - m["ray_ready"],
-        "rounds (incl. metrics, checkpoints, TensorBoard)": m["finish"] - m["rounds"],
-        "finish + actors killed": m["ray_shutdown"] - m["finish"],
-        "ray.shutdown": m["ray_down"] - m["ray_shutdown"],
-        "exit (after main)": ended - m["main_done"] + (m["main_done"] - m["ray_down"]),
-        "whole process": ended - launched,
-    }
+def _phases(stderr: str) -> dict[str, float]:
+    """The seconds column of --profile-startup's table."""
+    lines = stderr.splitlines()
+    head = next(i for i, line in enumerate(lines) if line.startswith("phase "))
+    phases = {}
+    for line in lines[head + 1:]:
+        match = re.match(r"^(.*?)\s+(-?[\d.]+)\s+(-?[\d.]+)\s+(-?[\d.]+)$", line)
+        if match:
+            phases[match[1]] = float(match[4])
+    return phases
 
 
 def run_plain(threads: int, rounds: int, participants: list[int]) -> dict:
@@ -215,7 +178,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=60)
     parser.add_argument("--before", metavar="DIR", help="also run the emulator from this source tree (e.g. "
                         "`git archive HEAD~1 | tar -x -C DIR`), interleaved, to compare a change")
-    parser.add_argument("--child", choices=["plain", "phases"])
+    parser.add_argument("--child", choices=["plain"])
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--out")
     parser.add_argument("--participants")
@@ -223,19 +186,16 @@ def main() -> None:
     if args.child == "plain":
         return plain_child(args.threads, args.rounds, [int(p) for p in args.participants.split(",")]
                            if args.participants else None)
-    if args.child == "phases":
-        return phases_child(args.out, args.rounds)
 
-    sources = {"this tree": None} | ({f"from {args.before}": args.before} if args.before else {})
-    emulator = {name: [] for name in sources}
-    phases = {name: [] for name in sources}
+    contenders = {"cold (Ray)": ("ray", None), "in process (inline)": ("inline", None)}
+    if args.before:
+        contenders[f"cold (Ray), from {args.before}"] = ("ray", args.before)
+    emulator: dict[str, list[dict]] = {name: [] for name in contenders}
     plain: dict[int, list] = {1: [], 2: []}
-    participants, accuracy = None, {}
     for _ in range(args.repeat):  # interleaved, so a burst of load on the machine hits every contender
-        for name, source in sources.items():
-            seconds, participants, accuracy[name] = run_emulator(args.rounds, source)
-            emulator[name].append(seconds)
-            phases[name].append(run_phases(args.rounds, source))
+        for name, (backend, source) in contenders.items():
+            emulator[name].append(run_emulator(args.rounds, backend, source))
+        participants = emulator["cold (Ray)"][-1]["participants"]
         for threads in plain:
             plain[threads].append(run_plain(threads, args.rounds, participants))
     median = statistics.median
@@ -252,15 +212,22 @@ def main() -> None:
               f"{plain_s[threads] / baseline:.2f}x | imports {r['imports']:.2f}, data {r['data']:.2f}, "
               f"rounds {r['rounds']:.2f}; test acc {runs[-1]['accuracy']:.4f}"
               f"{' (baseline)' if threads == best else ''} |")
-    for name in sources:
-        label = "`emulator run scenarios/quickstart.yaml`" + (f" ({name})" if len(sources) > 1 else "")
-        print(f"| {label} | {median(emulator[name]):.2f} | {median(emulator[name]) / baseline:.2f}x "
-              f"| target <= {TARGET}x; test acc {accuracy[name]:.4f} |")
-    print("\nBreakdown of the emulator's whole process (CLI main() with the driver's phases timestamped):\n")
-    print("| phase | " + " | ".join(f"{name} (s)" for name in sources) + " |")
-    print("|---|" + "---:|" * len(sources))
-    for phase in phases["this tree"][0]:
-        print(f"| {phase} | " + " | ".join(f"{median(p[phase] for p in phases[name]):.2f}" for name in sources) + " |")
+    for name, runs in emulator.items():
+        whole = median(r["whole"] for r in runs)
+        target = f"target <= {TARGET}x; " if name.startswith("cold") else ""
+        print(f"| `emulator run`, {name} | {whole:.2f} | {whole / baseline:.2f}x | {target}test acc "
+              f"{runs[-1]['accuracy']:.4f} |")
+    print("\nStart-up phases (`emulator run --profile-startup`, seconds; phases overlap: the data loads while Ray "
+          "starts):\n")
+    print("| phase | " + " | ".join(contenders) + " |")
+    print("|---|" + "---:|" * len(contenders))
+    phases = list(dict.fromkeys(p for runs in emulator.values() for r in runs for p in r["phases"]))
+    for phase in phases:
+        cells = []
+        for runs in emulator.values():
+            values = [r["phases"][phase] for r in runs if phase in r["phases"]]
+            cells.append(f"{median(values):.2f}" if values else "")
+        print(f"| {phase} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

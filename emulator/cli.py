@@ -1,4 +1,4 @@
-"""`emulator run | validate | report | sweep`: the command line.
+"""`emulator run | validate | report | sweep | up | down`: the command line.
 
 Bad input exits with code 2 and a message, never a traceback."""
 from __future__ import annotations
@@ -66,6 +66,11 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--target", type=float, help="test accuracy for time-to-accuracy in the report")
     sweep.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
+    up = commands.add_parser("up", help="keep a warm local Ray instance and runner pool for the next runs "
+                                         "(emulator down stops it)")
+    up.add_argument("--num-cpus", type=int, help="CPUs the instance offers (default: all of this machine's)")
+    up.add_argument("--runners", type=int, help="warm runners (default: one per CPU)")
+    commands.add_parser("down", help="stop the warm instance that emulator up started")
     return parser
 
 
@@ -81,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
             return _report(args)
         if args.command == "sweep":
             return _sweep(args)
+        if args.command in ("up", "down"):
+            return _warm(args)
         return _run(args)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -158,6 +165,26 @@ def _run(args) -> int:
     if args.profile_startup:  # seconds from this process's start (phases may overlap: data loads while Ray starts)
         print(f"start-up profile ({scenario.runtime.backend} backend; seconds from the process's start):\n"
               f"{profile.table()}", file=sys.stderr)
+    return EXIT_OK
+
+
+def _warm(args) -> int:
+    from emulator.runtime import warm
+
+    if args.command == "down":
+        stopped = warm.down()
+        print("stopped the warm instance" + (f" at {stopped.address}" if stopped else ": none was running"))
+        return EXIT_OK
+    if args.num_cpus is not None and args.num_cpus < 1 or args.runners is not None and args.runners < 1:
+        raise ScenarioError("emulator up: --num-cpus and --runners take a whole number >= 1")
+    running = warm.find()
+    try:
+        instance = running or warm.up(args.num_cpus, args.runners)
+    except RuntimeError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"warm instance {'already running' if running else 'up'} at {instance.address}: {instance.runners} "
+          "runners and a spare server; `emulator run` and emulator.run(...) use it until `emulator down`")
     return EXIT_OK
 
 

@@ -34,7 +34,8 @@ from emulator.recording import checkpoint as checkpoints
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import inline
-from emulator.runtime.cluster import ray_session, runner_count
+from emulator.runtime import warm
+from emulator.runtime.cluster import attached_warm_instance, ray_session, runner_count
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
@@ -202,19 +203,24 @@ class _Server:
     Its process is started empty first (`spawn`), so that it imports torch while the driver loads the data;
     `start` gives it the run (and a checkpoint's state)."""
 
-    def __init__(self, scenario: Scenario, run_key: str, pool: RunnerPool, runtime_env: dict | None = None):
+    def __init__(self, scenario: Scenario, run_key: str, pool: RunnerPool, runtime_env: dict | None = None,
+                 spare=None):
+        """`spare`: an empty server actor already started (a warm instance's), used first."""
         self.scenario, self.run_key, self.pool = scenario, run_key, pool
         self.runtime_env = runtime_env
         self.context_box: list | None = None
         self.actor = None
         self.starts = 0
-        self.spawn()
+        self.spawn(spare)
 
-    def spawn(self) -> None:
+    def spawn(self, spare=None) -> None:
         """A new, empty server (its process starting, on Ray); the old one is stopped."""
         if self.actor is not None:
             inline.kill(self.actor)
         self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
+        if spare is not None:
+            self.actor = spare
+            return
         if self.pool.inline:
             self.actor = inline.InlineActor(FederatedServer())
             return
@@ -297,10 +303,21 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
             else:
                 count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-                begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
                 shipped = plugin_environment(scenario.plugins)
-                pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
-            server = _Server(scenario, run_key, pool, shipped)
+                instance = attached_warm_instance()
+                if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
+                        runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
+                    notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
+                    pool, spare = RunnerPool(warm.lease_runners(count)), warm.take_server()
+                    pool.leased = True
+                else:
+                    if instance is not None:
+                        notify("note: the warm instance's actors run other code or another runtime shape: "
+                               "this run starts its own on it (emulator down && emulator up refreshes them)")
+                    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+                    pool, spare = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped,
+                                        wait=False), None
+            server = _Server(scenario, run_key, pool, shipped, spare if not in_process else None)
         directory = start.directory
         try:
             federation = data.result()
@@ -328,7 +345,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                             notify, start.summary, profile)
         finally:
             server.kill()
-            pool.shutdown()
+            pool.shutdown(run_key)
             if directory is not None and start.directory is None:
                 directory.unlock()
     return RunResult(directory.path, summary.pop("_rows"), summary)

@@ -3,11 +3,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import os
+import tempfile
 from pathlib import Path
 
 import pytest
 
 from emulator.parts import load_parts
+
+# A developer's warm instance (`emulator up`) must never join the tests: this session and every process it
+# starts look for one in a state file of their own (tests/test_warm.py starts one there).
+os.environ["EMULATOR_WARM_STATE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-"), "warm.json")
 
 # The test session is an entry point like the CLI: it registers the built-in parts (and installed plugins)
 # once, so tests that build a part by name, or parametrise over a registry, see them at collection.

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from emulator.runtime import warm
 from emulator.scenario import ScenarioError
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -93,14 +94,19 @@ def ray_session(address: str | None = None):
     what this call started. Yields True when the caller owns the session (it outlives this run).
 
     Token authentication is on (see configure_token_auth) unless RAY_AUTH_MODE=disabled says otherwise."""
+    global _warm
     if ray.is_initialized():
         yield True
         return
     os.environ.setdefault("RAY_DEDUP_LOGS", "1")
-    configure_token_auth(address)
-    # No address: a fresh local instance (or RAY_ADDRESS, as Ray's job submission sets it), never a
-    # cluster that happens to be running on this machine, which a bare ray.init() would join.
+    # No address: the user's warm instance (`emulator up`, runtime/warm.py) when one is running, else a fresh
+    # local instance (or RAY_ADDRESS, as Ray's job submission sets it), never a cluster that happens to be
+    # running on this machine, which a bare ray.init() would join.
+    found = warm.find() if address is None and not os.environ.get("RAY_ADDRESS") else None
+    configure_token_auth(address if found is None else "local")
     target = address if address is not None else (os.environ.get("RAY_ADDRESS") or "local")
+    if found is not None:
+        target = found.address
     options = {"_system_config": LOCAL_SYSTEM_CONFIG} if target == "local" else {}  # only a new instance takes one
     try:
         ray.init(address=target, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
@@ -111,11 +117,21 @@ def ray_session(address: str | None = None):
         raise ScenarioError(f"runtime.address: cannot reach a Ray cluster at {address!r} ({exc}). Start one with "
                             "`ray start --head` (see docs/cluster.md), check the address, or leave it unset to run "
                             "locally") from None
+    _warm = found
     try:
         yield False
     finally:
+        _warm = None
         _stop_autoscaler_monitor()
         ray.shutdown()
+
+
+_warm: "warm.WarmInstance | None" = None
+
+
+def attached_warm_instance() -> "warm.WarmInstance | None":
+    """The warm instance the current ray_session joined, if it joined one."""
+    return _warm
 
 
 def _stop_autoscaler_monitor() -> None:

@@ -138,14 +138,24 @@ class RunnerPool:
     def node_ids(self) -> list[str]:
         return [inline.get(ref) for ref in [r.node_id.remote() for r in self.runners]]
 
-    def shutdown(self) -> None:
-        """Stop the runners, unless they are shared with later runs of this session."""
+    leased = False  # runners of a warm instance (runtime/warm.py): kept for later runs
+
+    def shutdown(self, run_key: str | None = None) -> None:
+        """Stop the runners, unless they are kept for later runs (shared in this session, or a warm
+        instance's), which then forget run `run_key`."""
+        if self.shared_key is None and not self.leased:
+            for runner in self.runners:
+                inline.kill(runner)
+            return
+        if run_key is not None:
+            try:
+                for ref in [r.release.remote(run_key) for r in self.runners]:
+                    inline.get(ref)
+            except ray.exceptions.RayError:  # a runner lost meanwhile restarts empty
+                pass
         if self.shared_key is not None:
             with _SHARED_LOCK:
                 _IN_USE[self.shared_key] -= 1
-            return
-        for runner in self.runners:
-            inline.kill(runner)
 
 
 _SHARED: dict[tuple, list] = {}

@@ -90,6 +90,16 @@ class DeviceRunner:
         """Load a run's data and model ahead of its first round."""
         self._run(run_key, context_box)
 
+    def release(self, run_key: str) -> None:
+        """Forget a run that ended (its data, model and GPU copy): a runner kept for later runs holds nothing
+        of it."""
+        self._runs.pop(run_key, None)
+        self._on_device.pop(run_key, None)
+
+    def held_runs(self) -> list[str]:
+        """The runs whose data and model this runner holds now (what `release` forgets)."""
+        return sorted(set(self._runs) | set(self._on_device))
+
     def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
         """One device's local training from the global vector; its update."""
         context, model = self._run(job.run_key, context_box)

@@ -53,6 +53,9 @@ class FederatedServer:
         if scenario is not None:
             self.setup(scenario, context_box, runners, torch_threads)
 
+    def ping(self) -> bool:
+        return True
+
     def setup(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None) -> None:
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
         load_parts(scenario.get("plugins", []))  # before validating: plugins register the names it uses

@@ -1,0 +1,233 @@
+"""A warm instance: a local Ray instance, a runner pool and a spare server actor kept between runs.
+
+`emulator up` starts a holder process that owns a local Ray instance (so stopping the holder frees all of
+it) and, inside it, a warden actor that owns the warm runners and one spare, empty server actor whose process
+has already imported torch. A later `emulator run` or `emulator.run(...)` with no address (and no
+RAY_ADDRESS) finds the instance through a state file and attaches to it (about a second), takes the warm
+runners and the spare server, and the warden starts the next spare while the run goes. `emulator down`
+stops the holder.
+
+Nothing carries from one run to the next: a run's server is used once and then stopped; runners keep
+nothing of a run after it ends (`release`) and every job is seeded by itself. The warm actors are used only
+where they run the same code as the run: the emulator's source files are fingerprinted when the instance
+starts, and a run whose code differs (an edit since), that ships plugin modules from the user's directory,
+or that asks for another resource shape gets fresh actors on the same Ray instance instead.
+
+The state file is ~/.cache/fl-emulator/warm.json (EMULATOR_WARM_STATE moves it; the test suite keeps its
+own, so a developer's warm instance never joins the tests).
+"""
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import ray
+
+NAMESPACE = "fl-emulator-warm"
+WARDEN = "warden"
+STATE_ENV = "EMULATOR_WARM_STATE"
+UP_TIMEOUT_S = 120
+
+
+def state_path() -> Path:
+    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "fl-emulator" / "warm.json")
+
+
+def code_fingerprint() -> str:
+    """The emulator's source as it is on disk now (paths, sizes, modification times): warm actors that
+    imported other code are not used."""
+    root = Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        stat = path.stat()
+        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
+    return digest.hexdigest()[:16]
+
+
+@dataclass(frozen=True)
+class WarmInstance:
+    address: str
+    pid: int
+    code: str
+    runners: int
+    shape: tuple  # (num_cpus, num_gpus, torch_threads) of the warm runners
+
+    def matches(self, num_cpus: float, num_gpus: float, torch_threads: int | None, shipped: bool) -> bool:
+        return not shipped and self.shape == (num_cpus, num_gpus, torch_threads) and self.code == code_fingerprint()
+
+
+def find() -> WarmInstance | None:
+    """The warm instance this user started, when its holder is alive; a stale state file is removed."""
+    path = state_path()
+    try:
+        state = json.loads(path.read_text())
+        instance = WarmInstance(state["address"], int(state["pid"]), state["code"], int(state["runners"]),
+                                tuple(state["shape"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    if not _alive(instance.pid):
+        path.unlink(missing_ok=True)
+        return None
+    return instance
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------------------------- in a run
+def lease_runners(count: int) -> list:
+    """The warm runners (`count` of them; the warden starts more where its pool holds fewer)."""
+    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
+    return ray.get(warden.runners.remote(count))
+
+
+def take_server():
+    """The spare server actor (empty, its process started); the warden starts the next spare."""
+    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
+    return ray.get(warden.take_server.remote())
+
+
+class Warden:
+    """Owns the warm runners and the spare server (actors live as long as their owner), hands them out."""
+
+    def __init__(self, shape: tuple, runners: int):
+        from emulator.runtime.runner import RunnerActor
+        from emulator.runtime.server import ServerActor
+
+        self.runner_actor, self.server_actor = RunnerActor, ServerActor
+        self.shape = shape
+        self.pool = [self._runner() for _ in range(runners)]
+        self.spare = None
+        self.lock = threading.Lock()
+        self._new_spare()
+        ray.get([r.ping.remote() for r in self.pool] + [self.spare.ping.remote()])
+
+    def _runner(self):
+        num_cpus, num_gpus, torch_threads = self.shape
+        return self.runner_actor.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
+                                         scheduling_strategy="SPREAD").remote(torch_threads)
+
+    def _new_spare(self):
+        self.spare = self.server_actor.options(num_cpus=0).remote()
+
+    def runners(self, count: int) -> list:
+        with self.lock:
+            while len(self.pool) < count:
+                self.pool.append(self._runner())
+            return self.pool[:count]
+
+    def take_server(self):
+        with self.lock:
+            server, self.spare = self.spare, None
+            self._new_spare()
+        return server
+
+    def ready(self) -> bool:
+        return True
+
+
+# ------------------------------------------------------------------------------------- up / down
+def up(num_cpus: int | None = None, runners: int | None = None) -> WarmInstance:
+    """Start the warm instance (or return the one running) and wait until its actors are ready."""
+    found = find()
+    if found is not None:
+        return found
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.with_suffix(".log")
+    command = [sys.executable, "-m", "emulator.runtime.warm", "hold", "--state", str(path)]
+    if num_cpus:
+        command += ["--num-cpus", str(num_cpus)]
+    if runners:
+        command += ["--runners", str(runners)]
+    with open(log, "w") as handle:
+        holder = subprocess.Popen(command, stdout=handle, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  start_new_session=True)  # not stopped by the terminal's Ctrl-C
+    deadline = time.time() + UP_TIMEOUT_S
+    while time.time() < deadline:
+        if holder.poll() is not None:
+            raise RuntimeError(f"the warm instance did not start (exit {holder.returncode}); see {log}")
+        found = find()
+        if found is not None and found.pid == holder.pid:
+            return found
+        time.sleep(0.1)
+    holder.terminate()
+    raise RuntimeError(f"the warm instance did not start within {UP_TIMEOUT_S} s; see {log}")
+
+
+def down() -> WarmInstance | None:
+    """Stop the warm instance (its Ray processes and actors with it); the one stopped, or None."""
+    found = find()
+    if found is None:
+        return None
+    os.kill(found.pid, signal.SIGTERM)
+    deadline = time.time() + 30
+    while _alive(found.pid) and time.time() < deadline:
+        time.sleep(0.1)
+    if _alive(found.pid):
+        os.kill(found.pid, signal.SIGKILL)
+    state_path().unlink(missing_ok=True)
+    return found
+
+
+def _hold(state: Path, num_cpus: int | None, runners: int | None) -> None:
+    """The holder process: a local Ray instance with the warden in it, until SIGTERM or SIGINT."""
+    from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth, runner_count
+
+    stop = threading.Event()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, lambda *_: stop.set())
+    configure_token_auth()
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING,
+             namespace=NAMESPACE, _system_config=LOCAL_SYSTEM_CONFIG)
+    try:
+        shape = (1.0, 0.0, None)  # the default runtime: one CPU per runner, one torch thread
+        count = runners or runner_count(None, 1.0, 0.0)
+        warden = ray.remote(Warden).options(name=WARDEN, num_cpus=0, max_concurrency=8).remote(shape, count)
+        ray.get(warden.ready.remote())
+        record = {"address": ray.get_runtime_context().gcs_address, "pid": os.getpid(), "code": code_fingerprint(),
+                  "runners": count, "shape": list(shape), "started": time.time()}
+        temporary = state.with_name(f".{state.name}.{os.getpid()}")
+        temporary.write_text(json.dumps(record))
+        temporary.replace(state)
+        print(f"warm instance at {record['address']}: {count} runners and a spare server", flush=True)
+        while not stop.wait(1.0):
+            pass
+    finally:
+        try:
+            if json.loads(state.read_text()).get("pid") == os.getpid():
+                state.unlink()
+        except (OSError, ValueError):
+            pass
+        ray.shutdown()
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m emulator.runtime.warm")
+    parser.add_argument("command", choices=["hold"])
+    parser.add_argument("--state", required=True)
+    parser.add_argument("--num-cpus", type=int)
+    parser.add_argument("--runners", type=int)
+    args = parser.parse_args(argv)
+    _hold(Path(args.state), args.num_cpus, args.runners)
+
+
+if __name__ == "__main__":
+    main()

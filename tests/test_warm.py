@@ -1,0 +1,115 @@
+"""The warm instance (`emulator up` / `emulator down`, emulator/runtime/warm.py).
+
+Its promises: a run attaches to it and uses its runners and spare server (no new actor processes), with the
+metrics of a cold run bit for bit; nothing of a run stays behind in the warm runners (a run, another, then the
+first again: the same numbers, and the runners hold no run between them); warm actors running other code are
+not used; `emulator down` frees it all, and a stale state file is ignored. Everything runs as the user runs
+it: the CLI in subprocesses, with a state file of the test's own.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from conftest import comparable, small_scenario
+from emulator.runtime import warm
+
+EMULATOR = [sys.executable, "-m", "emulator"]
+
+
+def _cli(args: list[str], env: dict, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
+    done = subprocess.run(EMULATOR + args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    assert done.returncode == 0, done.stderr
+    return done
+
+
+def _runners(address: str, env: dict) -> list[tuple[int, list]]:
+    """(pid, runs held) of each warm runner, asked from another driver."""
+    code = textwrap.dedent(f"""
+        import json, ray
+        from emulator.runtime import warm
+        from emulator.runtime.cluster import configure_token_auth
+        configure_token_auth("local")  # the token the instance was started with (~/.ray/auth_token)
+        ray.init(address={address!r}, logging_level="ERROR")
+        runners = warm.lease_runners(1)
+        print(json.dumps([ray.get([r.pid.remote(), r.held_runs.remote()]) for r in runners]))
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return [tuple(item) for item in json.loads(done.stdout.splitlines()[-1])]
+
+
+@pytest.fixture
+def warm_env(tmp_path, monkeypatch):
+    env = {**os.environ, "EMULATOR_WARM_STATE": str(tmp_path / "warm.json")}
+    yield env
+    monkeypatch.setenv("EMULATOR_WARM_STATE", env["EMULATOR_WARM_STATE"])
+    warm.down()  # whatever the test did, the instance goes
+
+
+def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp_path, warm_env):
+    for seed in (1, 2):
+        (tmp_path / f"s{seed}.yaml").write_text(json.dumps(small_scenario(seed=seed, **{"runtime.runners": 1})))
+    cold_env = {**warm_env, "EMULATOR_WARM_STATE": str(tmp_path / "none.json")}
+    _cli(["run", "s1.yaml", "--out", "cold", "--quiet"], cold_env, tmp_path)
+
+    up = _cli(["up", "--runners", "1"], warm_env, tmp_path)
+    assert "warm instance up at" in up.stdout
+    instance = json.loads((tmp_path / "warm.json").read_text())
+    before = _runners(instance["address"], warm_env)
+    assert len(before) == 1 and before[0][1] == []
+
+    first = _cli(["run", "s1.yaml", "--out", "warm1", "--quiet"], warm_env, tmp_path)
+    assert "note: on the warm instance (emulator up)" in first.stderr
+    _cli(["run", "s2.yaml", "--out", "other", "--quiet"], warm_env, tmp_path)
+    again = _cli(["run", "s1.yaml", "--out", "warm2", "--quiet"], warm_env, tmp_path)
+    assert "note: on the warm instance" in again.stderr
+
+    assert comparable(tmp_path / "warm1") == comparable(tmp_path / "cold")
+    assert comparable(tmp_path / "warm2") == comparable(tmp_path / "cold")
+    assert comparable(tmp_path / "other") != comparable(tmp_path / "cold")
+    after = _runners(instance["address"], warm_env)
+    assert [pid for pid, _ in after] == [pid for pid, _ in before]  # the same runner process served every run
+    assert after[0][1] == []  # and holds nothing of them
+
+    down = _cli(["down"], warm_env, tmp_path)
+    assert "stopped the warm instance at" in down.stdout
+    assert not (tmp_path / "warm.json").exists()
+    assert not warm._alive(instance["pid"])
+    cold_again = _cli(["run", "s1.yaml", "--out", "after", "--quiet"], warm_env, tmp_path)
+    assert "warm instance" not in cold_again.stderr
+    assert comparable(tmp_path / "after") == comparable(tmp_path / "cold")
+
+
+def test_warm_actors_running_other_code_are_not_used(tmp_path, warm_env):
+    (tmp_path / "s.yaml").write_text(json.dumps(small_scenario(rounds=2)))
+    _cli(["up", "--runners", "1"], warm_env, tmp_path)
+    state = tmp_path / "warm.json"
+    record = json.loads(state.read_text())
+    state.write_text(json.dumps({**record, "code": "edited-since"}))  # as if a source file changed after `up`
+    done = _cli(["run", "s.yaml", "--out", "run", "--quiet"], warm_env, tmp_path)
+    assert "the warm instance's actors run other code" in done.stderr
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_stale_state_file_is_ignored_and_removed(tmp_path, monkeypatch):
+    state = tmp_path / "warm.json"
+    monkeypatch.setenv("EMULATOR_WARM_STATE", str(state))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    state.write_text(json.dumps({"address": "127.0.0.1:1", "pid": dead.pid, "code": "x", "runners": 1,
+                                 "shape": [1.0, 0.0, None]}))
+    assert warm.find() is None
+    assert not state.exists()
+    state.write_text("{not json")
+    assert warm.find() is None
+
+
+def test_down_without_an_instance_says_so(tmp_path, warm_env):
+    done = _cli(["down"], warm_env, tmp_path)
+    assert "none was running" in done.stdout
