@@ -231,10 +231,11 @@ class _Server:
 
     def start(self, context_box: list | None = None, state: dict | None = None, fresh: bool = True) -> int:
         """Set the server up for the run (a new one unless `fresh` is False), from `state` when given; the
-        round it continues after."""
+        round it continues after. `context_box`: the run's, the first time (a restart reuses it)."""
         if fresh:
             self.spawn()
-        self.context_box = context_box or self.context_box
+        if context_box is not None:
+            self.context_box = context_box
         self.call("setup", self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners,
                   self.scenario.runtime.torch_threads)
         return self.call("load_state", state) if state is not None else 0
@@ -479,7 +480,7 @@ def _restart(server: _Server, recorder: Recorder, notify, exc) -> None:
     done = point.round if point else 0
     notify(f"warning: the server actor died ({type(exc).__name__}); restarting it from "
            f"{f'the checkpoint after round {done}' if point else 'round 0'}")
-    server.start(point.state if point else None)
+    server.start(state=point.state if point else None)
     recorder.rewind(done)
 
 

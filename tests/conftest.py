@@ -38,7 +38,8 @@ def ray_session():
 
 
 def small_scenario(**overrides) -> dict:
-    """A few-second scenario: 40 synthetic devices with label skew, logistic regression, FedAvg."""
+    """A few-second scenario: 40 synthetic devices with label skew, logistic regression, FedAvg, in process
+    (runtime.backend inline: the metrics of a Ray run, test_inline.py; a test of Ray's part sets it to ray)."""
     raw = {
         "name": "tiny", "seed": 3, "rounds": 4,
         "data": {"dataset": "synthetic", "synthetic": {"iid": True, "max_samples": 200},
@@ -47,7 +48,7 @@ def small_scenario(**overrides) -> dict:
         "algorithm": {"name": "fedavg", "clients_per_round": 8, "client_lr": 0.05, "local_steps": 5,
                       "batch_size": 16},
         "population": {"devices": 40},
-        "runtime": {"runners": 1},
+        "runtime": {"runners": 1, "backend": "inline"},  # no Ray: where a test needs it, runtime.backend=ray
         "evaluation": {"every": 1},
     }
     for key, value in overrides.items():

@@ -114,9 +114,10 @@ def state():
     return (ray.get_runtime_context().get_job_id(), sorted(r._actor_id.hex() for r in shared_runners()),
             sorted(ray.get([r.pid.remote() for r in shared_runners()])))
 
-emulator.run(small_scenario(rounds=1), out={str(tmp_path / 'a')!r}, progress=False)
+emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'a')!r}, progress=False)
 first = state()
-emulator.run(small_scenario(rounds=1, seed=4), out={str(tmp_path / 'b')!r}, progress=False)
+emulator.run(small_scenario(rounds=1, seed=4, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'b')!r},
+             progress=False)
 print(json.dumps({{"first": first, "second": state(), "up": ray.is_initialized()}}))
 """
     env = {**os.environ, "RAY_ADDRESS": ""}

@@ -15,11 +15,12 @@ Where: the blocks of one file run in order in one working directory, a temporary
 (every top-level entry but .git, .venv, runs/ and caches; `.venv` is a link to the environment under test),
 so files carry over from block to block (a Python block reads the `runs/skewed` a shell block made) and
 nothing a doc writes (runs/, report/, ...) lands in the repository. Each block is its own process: shell
-variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray: the blocks of one file join
-one local Ray instance started for that file in its working directory (RAY_ADDRESS, which emulator's
-ray_session honours as Ray's job submission sets it), instead of each `emulator run` starting and stopping its
-own (several seconds each on 2 cores); that a plain `emulator run` starts its own Ray is tested in
-test_token_auth.py, the real entry point's exit codes in test_reliability.py and test_faults.py. PATH starts
+variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray: the blocks of one file use
+one warm instance (`emulator up`) started for that file in its working directory, with a state file of its
+own (EMULATOR_WARM_STATE), instead of each `emulator run` starting and stopping its own Ray and actor
+processes (several seconds each on 2 cores); warm runs give the metrics of cold ones (test_warm.py), that a
+plain `emulator run` starts its own Ray is tested in test_token_auth.py, the real entry point's exit codes in
+test_reliability.py and test_faults.py. PATH starts
 with that environment's bin/. Running one block alone (`-k 'README.md:58'`) first runs the blocks above it in its file,
 except `slow` ones that are not selected: a block must not need a `slow` block above it.
 `make` runs as `make -o .venv/.installed`: the environment under test is never reinstalled (a pip install
@@ -244,21 +245,6 @@ def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
-# The Ray instance one file's blocks join: started like emulator's own local instance, its address printed, kept
-# until stdin closes.
-RAY_HEAD = """
-import logging, os, sys
-import ray
-from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth
-configure_token_auth()
-ray.init(address="local", num_cpus=os.cpu_count(), include_dashboard=False, logging_level=logging.WARNING,
-         _system_config=LOCAL_SYSTEM_CONFIG)
-print(ray.get_runtime_context().gcs_address, flush=True)
-sys.stdin.read()
-ray.shutdown()
-"""
-
-
 class DocRunner:
     """Runs the blocks of one Markdown file, in order, in one working directory; remembers each outcome."""
 
@@ -266,7 +252,7 @@ class DocRunner:
         self.doc, self.workdir = doc, workdir
         self.scratch = workdir / ".doc-test"          # the block files themselves
         self.outcomes: dict[int, Outcome] = {}
-        self.head: subprocess.Popen | None = None     # the Ray instance this file's blocks join (see _join_ray)
+        self.warm = False                             # this file's warm instance is up (see _join_ray)
         for entry in ROOT.iterdir():
             if entry.name in NOT_COPIED or entry.name.endswith(".egg-info"):
                 continue
@@ -280,33 +266,28 @@ class DocRunner:
         self.scratch.mkdir()
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
         self.env.update(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", VIRTUAL_ENV=str(VENV),
-                        MPLBACKEND="Agg", PYTHONUNBUFFERED="1", COLUMNS="120")
+                        MPLBACKEND="Agg", PYTHONUNBUFFERED="1", COLUMNS="120",
+                        EMULATOR_WARM_STATE=str(self.scratch / "warm.json"))
 
     def _join_ray(self) -> None:
-        """Start this file's Ray instance, once, in its working directory (as `emulator run` there would start
-        one: all cores, token authentication, workers at the driver's priority), and point RAY_ADDRESS at it."""
-        if self.head is not None:
+        """This file's warm instance (`emulator up`, in its working directory, with a state file of its own),
+        started before the first block that may run something, and again if a block stopped it (the README
+        shows `emulator down`): every `emulator run`, sweep and `emulator.run(...)` of the file attaches to it."""
+        if (self.scratch / "warm.json").is_file():
             return
-        self.head = subprocess.Popen([sys.executable, "-c", RAY_HEAD], cwd=self.workdir, env=self.env, text=True,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, start_new_session=True)
-        address = self.head.stdout.readline().strip()
-        if not address:
-            self.close()
-            raise RuntimeError(f"{self.doc.name}: the Ray instance for the doc tests did not start")
-        self.env["RAY_ADDRESS"] = address
+        done = subprocess.run([str(BIN / "emulator"), "up"], cwd=self.workdir, env=self.env, capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"{self.doc.name}: the warm instance for the doc tests did not start:\n{done.stderr}")
+        self.warm = True
 
     def close(self) -> None:
-        """Stop this file's Ray instance (its process shuts Ray down when its stdin closes)."""
-        if self.head is None:
+        """Stop this file's warm instance."""
+        if not self.warm:
             return
-        head, self.head = self.head, None
-        self.env.pop("RAY_ADDRESS", None)
-        try:
-            head.stdin.close()
-            head.wait(timeout=60)
-        except (OSError, subprocess.TimeoutExpired):
-            head.kill()
-            head.wait()
+        self.warm = False
+        subprocess.run([str(BIN / "emulator"), "down"], cwd=self.workdir, env=self.env, capture_output=True,
+                       timeout=120)
 
     def outcome(self, block: Block, selected: set[str]) -> Outcome:
         """Runs the blocks above `block` that have not run yet (a `slow` one only when it is selected: no
@@ -377,7 +358,7 @@ def doc_runner(tmp_path_factory):
     runners: dict[Path, DocRunner] = {}
 
     def get(doc: Path) -> DocRunner:
-        """The runner of one Markdown file, made (with its working directory) on first use; the Ray instances
+        """The runner of one Markdown file, made (with its working directory) on first use; the warm instances
         of the other files are stopped (the tests run file by file)."""
         if doc not in runners:
             for other in runners.values():

@@ -266,7 +266,8 @@ def test_a_killed_server_actor_is_restarted_from_the_last_checkpoint(reference, 
             killed.append(names[0])
 
     run = tmp_path / "run"
-    result = run_scenario(validate_scenario(small_scenario(**EVENTS)), run, on_round=kill_the_server_during_round_6)
+    raw = small_scenario(**{**EVENTS, "runtime.backend": "ray"})
+    result = run_scenario(validate_scenario(raw), run, on_round=kill_the_server_during_round_6)
     assert killed and result.summary["status"] == "completed"
     assert "the server actor died" in capsys.readouterr().err
     assert comparable(run) == comparable(reference)

@@ -59,13 +59,13 @@ def test_resume_from_the_command_line_and_extend(reference, tmp_path):
 
 def test_same_metrics_with_one_two_and_four_runners(reference, tmp_path):
     for runners in (1, 4):
-        raw = small_scenario(**STATEFUL, **{"runtime.runners": runners})
+        raw = small_scenario(**STATEFUL, **{"runtime.runners": runners, "runtime.backend": "ray"})  # Ray's dispatch
         run_scenario(validate_scenario(raw), tmp_path / f"r{runners}")
         assert comparable(tmp_path / f"r{runners}") == comparable(reference)
 
 
 def test_a_runner_killed_mid_round_costs_time_not_results(reference, tmp_path):
-    raw = small_scenario(**{**STATEFUL, "runtime.runners": 2})
+    raw = small_scenario(**{**STATEFUL, "runtime.runners": 2, "runtime.backend": "ray"})
     killed = {}
 
     def kill_during_round_3(row):
@@ -86,7 +86,7 @@ def test_a_runner_killed_mid_round_costs_time_not_results(reference, tmp_path):
 
 def test_two_node_cluster_spreads_runners_and_gives_the_same_metrics(reference, tmp_path):
     scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4})))
+    scenario.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
     out = tmp_path / "cluster-run"
     script = textwrap.dedent(f"""
         import sys

@@ -54,7 +54,7 @@ def warm_env(tmp_path, monkeypatch):
 
 def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp_path, warm_env):
     for seed in (1, 2):
-        (tmp_path / f"s{seed}.yaml").write_text(json.dumps(small_scenario(seed=seed, **{"runtime.runners": 1})))
+        (tmp_path / f"s{seed}.yaml").write_text(json.dumps(small_scenario(seed=seed, **{"runtime.runners": 1, "runtime.backend": "ray"})))
     cold_env = {**warm_env, "EMULATOR_WARM_STATE": str(tmp_path / "none.json")}
     _cli(["run", "s1.yaml", "--out", "cold", "--quiet"], cold_env, tmp_path)
 
@@ -87,7 +87,7 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp
 
 
 def test_warm_actors_running_other_code_are_not_used(tmp_path, warm_env):
-    (tmp_path / "s.yaml").write_text(json.dumps(small_scenario(rounds=2)))
+    (tmp_path / "s.yaml").write_text(json.dumps(small_scenario(rounds=2, **{"runtime.backend": "ray"})))
     _cli(["up", "--runners", "1"], warm_env, tmp_path)
     state = tmp_path / "warm.json"
     record = json.loads(state.read_text())
