@@ -312,9 +312,11 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                     pool, spare = RunnerPool(warm.lease_runners(count)), warm.take_server()
                     pool.leased = True
                 else:
-                    if instance is not None:
-                        notify("note: the warm instance's actors run other code or another runtime shape: "
-                               "this run starts its own on it (emulator down && emulator up refreshes them)")
+                    if instance is not None:  # its runners would hold the CPUs this run's own need
+                        notify("note: the warm instance's actors run other code, or this run ships plugins or "
+                               "asks for another runtime shape: it starts its own actors there (emulator down && "
+                               "emulator up refreshes the warm ones)")
+                        warm.release_runners()
                     begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
                     pool, spare = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped,
                                         wait=False), None

@@ -98,6 +98,14 @@ def lease_runners(count: int) -> list:
     return ray.get(warden.runners.remote(count))
 
 
+def release_runners() -> None:
+    """Stop the warm runners, freeing their resources for a run that starts its own actors on the instance
+    (they would otherwise hold every CPU and that run's runners would wait forever); the next lease starts
+    them again."""
+    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
+    ray.get(warden.release_runners.remote())
+
+
 def take_server():
     """The spare server actor (empty, its process started); the warden starts the next spare."""
     warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
@@ -132,6 +140,12 @@ class Warden:
             while len(self.pool) < count:
                 self.pool.append(self._runner())
             return self.pool[:count]
+
+    def release_runners(self) -> None:
+        with self.lock:
+            for runner in self.pool:
+                ray.kill(runner)
+            self.pool = []
 
     def take_server(self):
         with self.lock:
