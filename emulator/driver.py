@@ -300,27 +300,12 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         _check_gpus(runtime)
         with profile.phase("actors started"):
             if in_process:  # runtime.backend: inline: the same runner and server objects, in this process
-                shipped = None
+                shipped, spare = None, None
                 pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
             else:
-                count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
                 shipped = plugin_environment(scenario.plugins)
-                instance = attached_warm_instance()
-                if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
-                        runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
-                    notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
-                    pool, spare = RunnerPool(warm.lease_runners(count)), warm.take_server()
-                    pool.leased = True
-                else:
-                    if instance is not None:  # its runners would hold the CPUs this run's own need
-                        notify("note: the warm instance's actors run other code, or this run ships plugins or "
-                               "asks for another runtime shape: it starts its own actors there (emulator down && "
-                               "emulator up refreshes the warm ones)")
-                        warm.release_runners()
-                    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-                    pool, spare = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped,
-                                        wait=False), None
-            server = _Server(scenario, run_key, pool, shipped, spare if not in_process else None)
+                pool, spare = _ray_actors(runtime, shipped, session_outlives_run, notify)
+            server = _Server(scenario, run_key, pool, shipped, spare)
         directory = start.directory
         try:
             federation = data.result()
@@ -352,6 +337,26 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             if directory is not None and start.directory is None:
                 directory.unlock()
     return RunResult(directory.path, summary.pop("_rows"), summary)
+
+
+def _ray_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify) -> tuple[RunnerPool, object]:
+    """The run's runner pool, and a spare server actor or None. On a warm instance (runtime/warm.py) its
+    runners and spare server, when they run this code at this runtime shape; otherwise runners of our own,
+    kept for later runs where the caller owns the session (RunnerPool.shared), their processes starting."""
+    count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
+    instance = attached_warm_instance()
+    if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
+            runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
+        notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
+        pool = RunnerPool(warm.lease_runners(count))
+        pool.leased = True
+        return pool, warm.take_server()
+    if instance is not None:  # its runners would hold the CPUs this run's own need
+        notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
+               "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
+        warm.release_runners()
+    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+    return begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False), None
 
 
 class _Data:
@@ -530,10 +535,14 @@ def _check_gpus(runtime) -> None:
     if runtime.backend == "inline":
         import torch
 
-        gpus, where = (runtime.num_gpus if torch.cuda.is_available() else 0), "this process"
-    else:
-        gpus = ray.cluster_resources().get("GPU", 0)
-        where = f"the Ray cluster at {runtime.address}" if runtime.address not in (None, "local") else "this machine"
+        if not torch.cuda.is_available():
+            raise ScenarioError(f"runtime.num_gpus: {runtime.num_gpus:g}, but this process has no GPU (torch sees no "
+                                "CUDA device), so the in-process runners could not train on one. Set "
+                                "runtime.num_gpus: 0 to train on CPUs, or run where a GPU is visible (nvidia-smi, "
+                                "CUDA_VISIBLE_DEVICES)")
+        return
+    gpus = ray.cluster_resources().get("GPU", 0)
+    where = f"the Ray cluster at {runtime.address}" if runtime.address not in (None, "local") else "this machine"
     if gpus < runtime.num_gpus:  # one runner needs its whole share
         raise ScenarioError(
             f"runtime.num_gpus: {runtime.num_gpus:g}, but {where} has {'no GPU' if not gpus else f'{gpus:g} GPU(s)'} "

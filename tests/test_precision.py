@@ -236,5 +236,5 @@ def test_a_gpu_share_without_a_gpu_is_refused(ray_session, tmp_path):
     if ray.cluster_resources().get("GPU", 0):
         pytest.skip("this Ray instance has a GPU")
     with pytest.raises(ScenarioError, match=r"^runtime\.num_gpus: 0\.5, but this machine has no GPU that Ray can see"):
-        run(tmp_path, "gpu", **{"runtime.num_gpus": 0.5})
+        run(tmp_path, "gpu", **{"runtime.num_gpus": 0.5, "runtime.backend": "ray"})
     assert not (tmp_path / "gpu").exists()
