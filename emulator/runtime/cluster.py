@@ -10,7 +10,7 @@ from pathlib import Path
 
 import ray
 
-from emulator.runtime import warm
+from emulator.runtime import warm_state
 from emulator.scenario import ScenarioError
 
 AUTH_MODE = "RAY_AUTH_MODE"
@@ -102,7 +102,7 @@ def ray_session(address: str | None = None):
     # No address: the user's warm instance (`emulator up`, runtime/warm.py) when one is running, else a fresh
     # local instance (or RAY_ADDRESS, as Ray's job submission sets it), never a cluster that happens to be
     # running on this machine, which a bare ray.init() would join.
-    found = warm.find() if address is None and not os.environ.get("RAY_ADDRESS") else None
+    found = warm_state.find() if address is None and not os.environ.get("RAY_ADDRESS") else None
     configure_token_auth(address if found is None else "local")
     target = address if address is not None else (os.environ.get("RAY_ADDRESS") or "local")
     if found is not None:
@@ -126,10 +126,10 @@ def ray_session(address: str | None = None):
         ray.shutdown()
 
 
-_warm: "warm.WarmInstance | None" = None
+_warm: "warm_state.WarmInstance | None" = None
 
 
-def attached_warm_instance() -> "warm.WarmInstance | None":
+def attached_warm_instance() -> "warm_state.WarmInstance | None":
     """The warm instance the current ray_session joined, if it joined one."""
     return _warm
 

@@ -13,13 +13,12 @@ where they run the same code as the run: the emulator's source files are fingerp
 starts, and a run whose code differs (an edit since), that ships plugin modules from the user's directory,
 or that asks for another resource shape gets fresh actors on the same Ray instance instead.
 
-The state file is ~/.cache/fl-emulator/warm.json (EMULATOR_WARM_STATE moves it; the test suite keeps its
-own, so a developer's warm instance never joins the tests).
+Where the instance is (its state file) and the code fingerprint live in runtime/warm_state.py, which
+runtime/cluster.py reads when a run may attach.
 """
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import logging
 import os
@@ -28,94 +27,47 @@ import subprocess
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import ray
 
+from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth, runner_count
+from emulator.runtime.warm_state import WarmInstance, alive, code_fingerprint, find, state_path
+
+__all__ = ["WarmInstance", "down", "find", "lease_runners", "release_runners", "take_server", "up"]
+
 NAMESPACE = "fl-emulator-warm"
 WARDEN = "warden"
-STATE_ENV = "EMULATOR_WARM_STATE"
 UP_TIMEOUT_S = 120
-
-
-def state_path() -> Path:
-    return Path(os.environ.get(STATE_ENV) or Path.home() / ".cache" / "fl-emulator" / "warm.json")
-
-
-def code_fingerprint() -> str:
-    """The emulator's source as it is on disk now (paths, sizes, modification times): warm actors that
-    imported other code are not used."""
-    root = Path(__file__).resolve().parents[1]
-    digest = hashlib.sha256()
-    for path in sorted(root.rglob("*.py")):
-        stat = path.stat()
-        digest.update(f"{path.relative_to(root)}:{stat.st_size}:{stat.st_mtime_ns}\n".encode())
-    return digest.hexdigest()[:16]
-
-
-@dataclass(frozen=True)
-class WarmInstance:
-    address: str
-    pid: int
-    code: str
-    runners: int
-    shape: tuple  # (num_cpus, num_gpus, torch_threads) of the warm runners
-
-    def matches(self, num_cpus: float, num_gpus: float, torch_threads: int | None, shipped: bool) -> bool:
-        return not shipped and self.shape == (num_cpus, num_gpus, torch_threads) and self.code == code_fingerprint()
-
-
-def find() -> WarmInstance | None:
-    """The warm instance this user started, when its holder is alive; a stale state file is removed."""
-    path = state_path()
-    try:
-        state = json.loads(path.read_text())
-        instance = WarmInstance(state["address"], int(state["pid"]), state["code"], int(state["runners"]),
-                                tuple(state["shape"]))
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    if not _alive(instance.pid):
-        path.unlink(missing_ok=True)
-        return None
-    return instance
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 # ------------------------------------------------------------------------------------- in a run
 def lease_runners(count: int) -> list:
     """The warm runners (`count` of them; the warden starts more where its pool holds fewer)."""
-    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
-    return ray.get(warden.runners.remote(count))
+    return ray.get(_warden().runners.remote(count))
 
 
 def release_runners() -> None:
     """Stop the warm runners, freeing their resources for a run that starts its own actors on the instance
     (they would otherwise hold every CPU and that run's runners would wait forever); the next lease starts
     them again."""
-    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
-    ray.get(warden.release_runners.remote())
+    ray.get(_warden().release_runners.remote())
 
 
 def take_server():
     """The spare server actor (empty, its process started); the warden starts the next spare."""
-    warden = ray.get_actor(WARDEN, namespace=NAMESPACE)
-    return ray.get(warden.take_server.remote())
+    return ray.get(_warden().take_server.remote())
+
+
+def _warden():
+    return ray.get_actor(WARDEN, namespace=NAMESPACE)
 
 
 class Warden:
     """Owns the warm runners and the spare server (actors live as long as their owner), hands them out."""
 
     def __init__(self, shape: tuple, runners: int):
+        # imported here, for start-up speed: `emulator up` and `down` need no torch (the warden's process does)
         from emulator.runtime.runner import RunnerActor
         from emulator.runtime.server import ServerActor
 
@@ -193,9 +145,9 @@ def down() -> WarmInstance | None:
         return None
     os.kill(found.pid, signal.SIGTERM)
     deadline = time.time() + 30
-    while _alive(found.pid) and time.time() < deadline:
+    while alive(found.pid) and time.time() < deadline:
         time.sleep(0.1)
-    if _alive(found.pid):
+    if alive(found.pid):
         os.kill(found.pid, signal.SIGKILL)
     state_path().unlink(missing_ok=True)
     return found
@@ -203,8 +155,6 @@ def down() -> WarmInstance | None:
 
 def _hold(state: Path, num_cpus: int | None, runners: int | None) -> None:
     """The holder process: a local Ray instance with the warden in it, until SIGTERM or SIGINT."""
-    from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth, runner_count
-
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
