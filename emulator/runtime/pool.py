@@ -14,36 +14,11 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import ray
 
 from emulator.runtime import inline
+from emulator.runtime.grouping import GROUP_BYTES, MAX_GROUP, group_jobs  # noqa: F401  (re-exported)
 from emulator.runtime.runner import DeviceRunner, RunnerActor
 
 Job = TypeVar("Job")
 logger = logging.getLogger(__name__)
-
-GROUP_BYTES = 64 * 2 ** 20  # an automatic group returns at most this many bytes of updates (G x model bytes)
-MAX_GROUP = 64
-
-
-def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, runners: int,
-               model_bytes: int) -> list[list[Job]]:
-    """Consecutive jobs (devices in draw order) cut into the groups one runner task trains.
-
-    A vectorised group's composition reaches the last bits of its devices' results (batched matrix
-    products sum in group-dependent order), so its cut follows the round's report count alone, never the
-    runner count: four groups of near-equal size, more where a group would exceed MAX_GROUP devices or
-    GROUP_BYTES of updates. Trained one at a time, a device's result is the same in any group, so the
-    cut then also looks at the runners: one device a task while there are fewer than eight per runner
-    (small cohorts balance best so), else eight groups per runner of near-equal size, within the same
-    caps. `runtime.group_size` fixes the size instead."""
-    if not jobs:
-        return []
-    if group_size is not None:
-        return [list(jobs[i:i + group_size]) for i in range(0, len(jobs), group_size)]
-    cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
-    wanted = 4 if vectorise else 8 * max(1, runners)
-    count = min(len(jobs), max(wanted, math.ceil(len(jobs) / cap)))
-    edges = [len(jobs) * g // count for g in range(count + 1)]
-    return [list(jobs[a:b]) for a, b in zip(edges, edges[1:])]
-
 
 class RunnerPool:
     window_per_runner = 4
@@ -131,12 +106,21 @@ class RunnerPool:
 
     shared_key = None
 
-    def prepare(self, run_key: str, context_box: list) -> None:
-        for ref in [r.prepare.remote(run_key, context_box) for r in self.runners]:
-            inline.get(ref)
+    def prepare(self, run_key: str, context_box: list, gpu_trial=None) -> list:
+        """Every runner loads the run; GPU runners also check their share's memory (runner.GpuTrial).
+        Returns each runner's measured GPU need (None for a CPU runner)."""
+        return [inline.get(ref) for ref in [r.prepare.remote(run_key, context_box, gpu_trial) for r in self.runners]]
 
     def node_ids(self) -> list[str]:
         return [inline.get(ref) for ref in [r.node_id.remote() for r in self.runners]]
+
+    def device_names(self) -> list[str]:
+        """Where each runner trains ('cpu' or 'cuda:0 <card>')."""
+        return [inline.get(ref) for ref in [r.device_name.remote() for r in self.runners]]
+
+    def memory(self) -> list[dict]:
+        """Each runner's GPU memory figures (DeviceRunner.memory; {} for a CPU runner)."""
+        return [inline.get(ref) for ref in [r.memory.remote() for r in self.runners]]
 
     leased = False  # runners of a warm instance (runtime/warm.py): kept for later runs
 

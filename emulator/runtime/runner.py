@@ -21,6 +21,9 @@ from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
 from emulator.parts.plugins import guard
 from emulator.registry import MODELS
+from emulator.runtime import gpu_share
+from emulator.runtime.gpu_share import GpuNeed
+from emulator.runtime.grouping import largest_group
 from emulator.training import cohort
 from emulator.training import precision as numerics
 from emulator.training.local import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
@@ -44,6 +47,20 @@ def unbox(context_box: list) -> RunContext:
     fetch it for every call: runners fetch it once and cache it)."""
     item = context_box[0]
     return item if isinstance(item, RunContext) else ray.get(item)
+
+
+@dataclass(frozen=True)
+class GpuTrial:
+    """What a GPU runner measures its memory need with at start (runtime/gpu_share.py): one local step of
+    `spec` for the largest group a round of `selected` jobs is cut into, against `share` of a card (per
+    runner; `runners_here` runners share one process under runtime.backend: inline)."""
+
+    spec: LocalTraining
+    selected: int
+    share: float
+    vectorise: bool = False
+    group_size: int | None = None
+    runners_here: int = 1
 
 
 @dataclass(frozen=True)
@@ -86,15 +103,65 @@ class DeviceRunner:
         self._runs.move_to_end(key)
         return self._runs[key]
 
-    def prepare(self, run_key: str, context_box: list) -> None:
-        """Load a run's data and model ahead of its first round."""
-        self._run(run_key, context_box)
+    def prepare(self, run_key: str, context_box: list, gpu_trial: GpuTrial | None = None) -> GpuNeed | None:
+        """Load a run's data and model ahead of its first round. A GPU runner given `gpu_trial` also
+        measures what the run needs of its GPU, refuses a share that cannot hold it (ScenarioError, see
+        runtime/gpu_share.py) and caps its memory at its share; returns the measured need (None on CPU)."""
+        context, model = self._run(run_key, context_box)
+        if self.device.type != "cuda" or gpu_trial is None:
+            return None
+        need = self._measure_gpu_need(context, model, gpu_trial)
+        card = torch.cuda.get_device_properties(self.device)
+        gpu_share.check_share(need, gpu_trial.share, card.total_memory, card.name)
+        torch.cuda.set_per_process_memory_fraction(min(1.0, gpu_trial.share * gpu_trial.runners_here), self.device)
+        return need
+
+    def _measure_gpu_need(self, context: RunContext, model: torch.nn.Module, trial: GpuTrial) -> GpuNeed:
+        """The run's training set on the device, then one step of `trial.group` devices of a full batch
+        each: the caching allocator's reserved peak is what the largest task of the run will take."""
+        torch.cuda.synchronize(self.device)
+        before = torch.cuda.memory_reserved(self.device)
+        x, y = self._device_set(context)
+        data = x.numel() * x.element_size() + y.numel() * y.element_size()
+        torch.cuda.reset_peak_memory_stats(self.device)
+        base = torch.cuda.memory_reserved(self.device)
+        spec = trial.spec
+        count = min(spec.batch_size, len(y))
+        xs, ys = x[:count], y[:count]
+        saved = param_vector.flatten(model)
+        group = largest_group(trial.selected, trial.group_size, trial.vectorise, param_vector.nbytes(model))
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+            if group > 1 and cohort.supports(model) is None:
+                cohort.train_cohort(model, [xs] * group, [ys] * group, [spec] * group, list(range(group)),
+                                    [None] * group, check=False, precision=context.precision)
+            else:
+                train_locally(model, xs, ys, spec, seeded_generator(0), None, context.precision)
+        param_vector.load(model, saved)
+        torch.cuda.synchronize(self.device)
+        training = torch.cuda.max_memory_reserved(self.device) - base
+        return GpuNeed(data=max(data, base - before), training=training)
+
+    def memory(self) -> dict:
+        """This runner's GPU memory now (bytes): allocated, reserved and their peaks since it started; {} on CPU."""
+        if self.device.type != "cuda":
+            return {}
+        return {"allocated": torch.cuda.memory_allocated(self.device),
+                "reserved": torch.cuda.memory_reserved(self.device),
+                "peak_allocated": torch.cuda.max_memory_allocated(self.device),
+                "peak_reserved": torch.cuda.max_memory_reserved(self.device)}
+
+    def device_name(self) -> str:
+        """Where this runner trains: 'cpu', or 'cuda:<index> <card name>'."""
+        if self.device.type != "cuda":
+            return "cpu"
+        return f"cuda:{torch.cuda.current_device()} {torch.cuda.get_device_name(self.device)}"
 
     def release(self, run_key: str) -> None:
         """Forget a run that ended (its data, model and GPU copy): a runner kept for later runs holds nothing
-        of it."""
+        of it, on the card included."""
         self._runs.pop(run_key, None)
-        self._on_device.pop(run_key, None)
+        if self._on_device.pop(run_key, None) is not None:
+            torch.cuda.empty_cache()
 
     def held_runs(self) -> list[str]:
         """The runs whose data and model this runner holds now (what `release` forgets)."""
@@ -156,12 +223,17 @@ class DeviceRunner:
             samples = np.concatenate([samples, federation.server_indices])
         if self.device.type == "cpu":
             return federation.train.tensors(samples)
-        if context.key not in self._on_device:
-            self._on_device.clear()  # one run's training set at a time on the GPU
-            self._on_device[context.key] = as_device_tensors(*federation.train.tensors(), self.device)
-        x, y = self._on_device[context.key]
+        x, y = self._device_set(context)
         index = torch.as_tensor(samples, dtype=torch.int64, device=self.device)
         return x[index], y[index]
+
+    def _device_set(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The run's training set on this runner's GPU, copied there once (one run's at a time)."""
+        if context.key not in self._on_device:
+            self._on_device.clear()
+            torch.cuda.empty_cache()  # the previous run's set goes back to the card, not only to torch's cache
+            self._on_device[context.key] = as_device_tensors(*context.federation.train.tensors(), self.device)
+        return self._on_device[context.key]
 
     def node_id(self) -> str:
         if not ray.is_initialized():  # in the driver's process (runtime.backend: inline)

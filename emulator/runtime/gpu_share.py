@@ -1,0 +1,66 @@
+"""A runner's GPU share as memory: what a run needs on the GPU per runner, and the share that holds it.
+
+Ray's fractional GPUs (`runtime.num_gpus`) are a scheduling count, not a memory limit: eight runners at
+0.125 share one card's memory however much each takes, and the one that asks last crashes mid-run with
+CUDA out of memory (the peers' most reported failure). So each GPU runner measures its need once per run
+(CUDA context, the run's training set held on the device, the peak of one trial step of the largest
+group it will train), refuses at start a share whose memory cannot hold it, naming the share that can,
+and caps its caching allocator at its share, so that a runner that outgrows it fails alone and says so.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from emulator.errors import ScenarioError
+
+# What one process's CUDA context, cuBLAS and cuDNN handles take beside the tensors torch allocates (the
+# caching allocator does not see them). Measured on an H100 (nvidia-smi per process minus torch's
+# reserved bytes, benchmarks/gpu.py): about 0.5 GiB with CUDA 13's lazy module loading.
+CUDA_CONTEXT_BYTES = 512 * 2 ** 20
+MARGIN = 1.15  # the trial's peak, plus room for fragmentation between groups of other sizes
+GiB = 2 ** 30
+
+
+@dataclass(frozen=True)
+class GpuNeed:
+    """A runner's GPU memory for one run, in bytes."""
+
+    data: int  # the run's training set, held on the device once per runner
+    training: int  # the reserved peak of one trial step of the largest group, model and optimizer state included
+    context: int = CUDA_CONTEXT_BYTES
+
+    @property
+    def total(self) -> int:
+        return self.context + self.data + math.ceil(self.training * MARGIN)
+
+    def breakdown(self) -> str:
+        return (f"CUDA context {self.context / GiB:.2f}, training set {self.data / GiB:.2f}, model and largest "
+                f"group's step {self.training * MARGIN / GiB:.2f}")
+
+
+def smallest_share(need_bytes: int, card_bytes: int) -> float | None:
+    """The smallest share 1/k (k runners per GPU) whose memory holds `need_bytes`, at Ray's resource
+    precision (1e-4) and rounded down, so that k runners still fit on one card; None when not even a whole
+    GPU holds it."""
+    for runners in range(card_bytes // max(1, need_bytes), 0, -1):
+        share = math.floor(10_000 / runners) / 10_000
+        if share * card_bytes >= need_bytes:
+            return share
+    return None
+
+
+def check_share(need: GpuNeed, share: float, card_bytes: int, card_name: str) -> None:
+    """Refuse a share whose memory cannot hold `need` (exit 2 at start, not an out-of-memory crash later)."""
+    have = share * card_bytes
+    if need.total <= have:
+        return
+    fits = smallest_share(need.total, card_bytes)
+    fix = (f"set runtime.num_gpus to at least {fits:g} ({int(1 / fits + 1e-9)} runners per GPU), or lower "
+           "runtime.group_size or the batch size" if fits is not None else
+           "not even a whole GPU holds it: lower runtime.group_size or the batch size, or use a smaller model")
+    raise ScenarioError(
+        f"runtime.num_gpus: {share:g} gives each runner {have / GiB:.2f} GiB of the {card_name}'s "
+        f"{card_bytes / GiB:.1f} GiB, but a runner of this run needs about {need.total / GiB:.2f} GiB "
+        f"({need.breakdown()}): {fix}")
+
