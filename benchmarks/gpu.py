@@ -39,7 +39,7 @@ from overhead import workload_data  # noqa: E402  (benchmarks/overhead.py: Fashi
 
 from emulator.models.zoo import build_model  # noqa: E402
 from emulator.params import flatten, load  # noqa: E402
-from emulator.parts import validate_scenario  # noqa: E402
+from emulator.parts import load_parts, validate_scenario  # noqa: E402
 from emulator.training import precision as numerics  # noqa: E402
 
 WORKLOADS = {  # name: (model, devices, reports a round, local steps, batch)
@@ -207,6 +207,30 @@ def memory_check(federation, rounds: int, sampler: GpuSampler) -> list[str]:
     return lines
 
 
+def print_table(rows: list[dict]) -> None:
+    plain = {(r["workload"], r["variant"].split()[-1]): r["s_per_round"] for r in rows if r["share"] == "-"}
+    print(f"\n{rows[0].get('gpu', 'GPU')}; data: {', '.join(sorted({r['data'] for r in rows}))}")
+    print("| workload | variant | runners x share | s / round | updates / s | GPU-s / 1k updates | vs plain loop "
+          "(same precision) | GPU util % | peak reserved / runner (MiB) | footprint / runner (MiB) |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        reports = WORKLOADS[r["workload"]][2]
+        share = "-" if r["share"] == "-" else f"{round(1 / r['share'])} x {r['share']:g}"
+        base = plain.get((r["workload"], r["variant"].split()[-1]))
+        cell = lambda v, f: "" if v is None else format(v, f)
+        print(f"| {r['workload']} | {r['variant']} | {share} | {r['s_per_round']:.3f} | {reports / r['s_per_round']:.0f} | "
+              f"{1000 * r['s_per_round'] / reports:.3f} | {cell(base / r['s_per_round'] if base else None, '.2f')}x | "
+              f"{cell(r.get('utilisation'), '.0f')} | {cell(r.get('peak_reserved_mib'), '.0f')} | "
+              f"{cell(r.get('footprint_mib'), '.0f')} |")
+
+
+def progress(rows: list[dict], path: str | None) -> None:
+    """Print the newest row, and keep the rows so far on disk: a run cut short keeps its table."""
+    print(rows[-1], flush=True)
+    if path:
+        Path(path).write_text(json.dumps(rows, indent=1, default=str))
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="rounds per emulator run (>= 3)")
@@ -214,8 +238,12 @@ def main(argv=None) -> int:
     parser.add_argument("--workloads", nargs="+", default=list(WORKLOADS), choices=list(WORKLOADS))
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"], choices=["fp32", "bf16"])
     parser.add_argument("--memory-rounds", type=int, default=0)
-    parser.add_argument("--json", help="also write the rows here")
+    parser.add_argument("--json", help="also write the rows here (after each one)")
+    parser.add_argument("--table", metavar="JSON", help="only print the table of rows an earlier run wrote")
     args = parser.parse_args(argv)
+    if args.table:
+        print_table(json.loads(Path(args.table).read_text()))
+        return 0
     if not torch.cuda.is_available():
         print("no CUDA GPU here: benchmarks/gpu.py needs one (see docs/performance.md for measured tables)")
         return 2
@@ -223,6 +251,7 @@ def main(argv=None) -> int:
 
     from emulator.runtime.cluster import configure_token_auth
 
+    load_parts()  # the built-in models, as the CLI registers them
     card = torch.cuda.get_device_name(0)
     print(f"GPU: {card}, {torch.cuda.get_device_properties(0).total_memory / 2 ** 30:.0f} GiB; "
           f"{os.cpu_count()} CPU cores; torch {torch.__version__}", flush=True)
@@ -239,10 +268,10 @@ def main(argv=None) -> int:
             for precision in args.precisions:
                 started = time.time()
                 seconds = plain_round_s(federation, workload, args.rounds, precision)
-                rows.append({"workload": workload, "variant": f"plain loop {precision}", "share": "-",
+                rows.append({"gpu": card, "workload": workload, "variant": f"plain loop {precision}", "share": "-",
                              "s_per_round": seconds, "utilisation": sampler.utilisation(started, time.time()),
                              "data": name})
-                print(rows[-1], flush=True)
+                progress(rows, args.json)
             torch.cuda.empty_cache()
         for share in args.shares:
             configure_token_auth()
@@ -261,29 +290,16 @@ def main(argv=None) -> int:
                                 print(f"{workload} {variant} share {share}: {type(exc).__name__}: {exc}", flush=True)
                                 continue
                             footprint = runner_footprints(sampler, run.pop("window"))
-                            rows.append({"workload": workload, "variant": variant, "share": share, **run,
+                            rows.append({"gpu": card, "workload": workload, "variant": variant, "share": share, **run,
                                          "footprint_mib": footprint, "data": name})
-                            print(rows[-1], flush=True)
+                            progress(rows, args.json)
                 if args.memory_rounds and share == 0.25:
                     for line in memory_check(data["fast_cnn"][1] if "fast_cnn" in data
                                              else workload_data(100)[1], args.memory_rounds, sampler):
                         print(line, flush=True)
             finally:
                 ray.shutdown()
-    plain = {(r["workload"], r["variant"].split()[-1]): r["s_per_round"] for r in rows if r["share"] == "-"}
-    print(f"\n{card}; data: {', '.join(sorted({r['data'] for r in rows}))}")
-    print("| workload | variant | runners x share | s / round | updates / s | GPU-s / 1k updates | vs plain loop "
-          "(same precision) | GPU util % | peak reserved / runner (MiB) | footprint / runner (MiB) |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        reports = WORKLOADS[r["workload"]][2]
-        share = "-" if r["share"] == "-" else f"{round(1 / r['share'])} x {r['share']:g}"
-        base = plain.get((r["workload"], r["variant"].split()[-1]))
-        cell = lambda v, f: "" if v is None else format(v, f)
-        print(f"| {r['workload']} | {r['variant']} | {share} | {r['s_per_round']:.3f} | {reports / r['s_per_round']:.0f} | "
-              f"{1000 * r['s_per_round'] / reports:.3f} | {cell(base / r['s_per_round'] if base else None, '.2f')}x | "
-              f"{cell(r.get('utilisation'), '.0f')} | {cell(r.get('peak_reserved_mib'), '.0f')} | "
-              f"{cell(r.get('footprint_mib'), '.0f')} |")
+    print_table(rows)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1, default=str))
     return 0

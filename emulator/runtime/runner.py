@@ -86,7 +86,8 @@ class DeviceRunner:
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
-        self.device = torch.device("cuda" if gpu else "cpu")
+        # an indexed device: torch's memory calls (set_per_process_memory_fraction) refuse a bare "cuda"
+        self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
         _warm_up()
 
     def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
