@@ -118,13 +118,24 @@ emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(
 first = state()
 emulator.run(small_scenario(rounds=1, seed=4, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'b')!r},
              progress=False)
-print(json.dumps({{"first": first, "second": state(), "up": ray.is_initialized()}}))
+second, up = state(), ray.is_initialized()
+ray.shutdown()
+# the caller's own sessions, one after the other: the second repeats the first's job id, and the first's
+# runner handles (dead with it) must not be reused
+ray.init(address="local", num_cpus=2, include_dashboard=False)
+emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'c')!r}, progress=False)
+ray.shutdown()
+ray.init(address="local", num_cpus=2, include_dashboard=False)
+third = emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'd')!r},
+                     progress=False)
+print(json.dumps({{"first": first, "second": second, "up": up, "third": third.summary["status"]}}))
 """
     env = {**os.environ, "RAY_ADDRESS": ""}
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["up"] and report["first"] == report["second"] and report["first"][1]
+    assert report["third"] == "completed"
     assert "Traceback" not in done.stderr
 
 

@@ -85,8 +85,8 @@ def image_context(key: str, model: str, precision: str = "fp32") -> RunContext:
     return RunContext(key, federation, model, 7, {}, (), precision)
 
 
-def jobs(key: str, count: int, optimizer: str = "sgd") -> list[DeviceJob]:
-    spec = LocalTraining(lr=0.05 if optimizer == "sgd" else 1e-3, batch_size=32, local_steps=5, optimizer=optimizer)
+def jobs(key: str, count: int, optimizer: str = "sgd", steps: int = 5, lr: float = 0.05) -> list[DeviceJob]:
+    spec = LocalTraining(lr=lr if optimizer == "sgd" else 1e-3, batch_size=32, local_steps=steps, optimizer=optimizer)
     return [DeviceJob(key, device, spec, seed=100 + device) for device in range(count)]
 
 
@@ -94,23 +94,40 @@ def relative(a: np.ndarray, b: np.ndarray) -> float:
     return float(np.linalg.norm(a - b) / np.linalg.norm(b))
 
 
+# A few steps on random labels are chaotic: on the CPU, a relative 1e-5 nudge to cnn_mnist's start changes
+# its 5-step delta (lr 0.05) by up to 7%, and 1e-3 (TF32's rounding) by 20%. The comparisons below take 2
+# steps at lr 0.01, where a 1e-5 nudge moves the delta 0.05% and a 1e-3 one 4%.
+GENTLE = {"steps": 2, "lr": 0.01}
+
+
+@pytest.fixture
+def ieee_fp32():
+    """Full float32 on the GPU (no TF32 in cuDNN convolutions or matrix products), restored after."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    yield
+    torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 @cuda
 @pytest.mark.parametrize("model,vectorise", [("mlp", False), ("mlp", True), ("cnn_mnist", False),
                                              ("cnn_mnist", True)])
-def test_a_gpu_runner_trains_what_a_cpu_runner_trains(model, vectorise):
+def test_a_gpu_runner_trains_what_a_cpu_runner_trains(model, vectorise, ieee_fp32):
     """Models without dropout: a GPU draws its dropout masks from the CUDA generator, so with dropout
-    (cnn_fmnist) GPU and CPU runs are alike in distribution only (test below)."""
+    (cnn_fmnist) GPU and CPU runs are alike in distribution only (test below). Measured on an H100 with
+    TF32 on (torch's default for convolutions) and 5 steps at lr 0.05: 15-16% apart for cnn_mnist, under
+    2% for the MLP, as the nudges above predict."""
     context = image_context(f"same-{model}", model)
     on_cpu, on_gpu = DeviceRunner(gpu=False), DeviceRunner(gpu=True)
     assert on_gpu.device.type == "cuda" and on_gpu.device_name().startswith("cuda:")
     start = flatten(on_cpu._run(context.key, [context])[1])
-    cpu = on_cpu.train_group([context], start, jobs(context.key, 6), vectorise)
-    gpu = on_gpu.train_group([context], start, jobs(context.key, 6), vectorise)
+    cpu = on_cpu.train_group([context], start, jobs(context.key, 6, **GENTLE), vectorise)
+    gpu = on_gpu.train_group([context], start, jobs(context.key, 6, **GENTLE), vectorise)
     for a, b in zip(gpu, cpu):
         assert a.device == b.device and a.num_samples == b.num_samples
         assert np.linalg.norm(b.delta) > 0
-        # TF32 convolutions and other kernels change the last bits, which a few steps grow: close, not equal
-        assert relative(a.delta, b.delta) < 0.02, (model, vectorise, relative(a.delta, b.delta))
+        # other kernels sum in another order: the last bits differ, and a few steps grow them a little
+        assert relative(a.delta, b.delta) < 0.01, (model, vectorise, relative(a.delta, b.delta))
 
 
 @cuda
@@ -131,11 +148,13 @@ def test_bf16_autocast_on_the_gpu_stays_near_fp32():
     fp32, bf16 = image_context("fp32", "cnn_mnist"), image_context("bf16", "cnn_mnist", "bf16")
     runner = DeviceRunner(gpu=True)
     start = flatten(runner._run(fp32.key, [fp32])[1])
-    full = runner.train_group([fp32], start, jobs(fp32.key, 4), True)
-    half = runner.train_group([bf16], start, jobs(bf16.key, 4), True)
+    full = runner.train_group([fp32], start, jobs(fp32.key, 4, **GENTLE), True)
+    half = runner.train_group([bf16], start, jobs(bf16.key, 4, **GENTLE), True)
     for a, b in zip(half, full):
-        assert np.isfinite(a.delta).all() and np.isfinite(a.stats.loss)
-        assert relative(a.delta, b.delta) < 0.15
+        assert np.isfinite(a.delta).all() and abs(a.stats.loss - b.stats.loss) < 0.01 * b.stats.loss
+        # bf16 rounds activations to 8 bits of mantissa: 23% apart after 5 steps at lr 0.05 (H100), and a
+        # broken autocast (wrong layout, lost gradients) would be 100% off
+        assert relative(a.delta, b.delta) < 0.3
 
 
 @cuda

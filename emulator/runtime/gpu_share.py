@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from emulator.errors import ScenarioError
 
 # What one process's CUDA context, cuBLAS and cuDNN handles take beside the tensors torch allocates (the
-# caching allocator does not see them). Measured on an H100 (nvidia-smi per process minus torch's
-# reserved bytes, benchmarks/gpu.py): about 0.5 GiB with CUDA 13's lazy module loading.
-CUDA_CONTEXT_BYTES = 512 * 2 ** 20
+# caching allocator does not see them). Measured on an H100 80GB HBM3 with torch 2.11 / CUDA 13.0 (each
+# runner process's footprint in NVML minus torch's peak reserved bytes, benchmarks/gpu.py): 742-760 MiB.
+CUDA_CONTEXT_BYTES = 768 * 2 ** 20
 MARGIN = 1.15  # the trial's peak, plus room for fragmentation between groups of other sizes
 GiB = 2 ** 30
 

@@ -92,7 +92,9 @@ class RunnerPool:
         first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
         shipped = tuple((runtime_env or {}).get("py_modules", ()))
-        key = (ray.get_runtime_context().get_job_id(), num_cpus, num_gpus, torch_threads, shipped)
+        # the session too: after ray.shutdown() and ray.init() the job id repeats, the old handles are dead
+        context = ray.get_runtime_context()
+        key = (context.get_session_name(), context.get_job_id(), num_cpus, num_gpus, torch_threads, shipped)
         with _SHARED_LOCK:  # concurrent runs of a sweep ask at the same time
             _stop_idle_shared(keep=key)
             runners = _SHARED.setdefault(key, [])
@@ -148,10 +150,14 @@ _SHARED_LOCK = threading.Lock()
 
 
 def _stop_idle_shared(keep=None) -> None:
-    """Stop the shared runners that no run is using (but those of shape `keep`); call under the lock."""
-    for other in [k for k in _SHARED if k != keep and not _IN_USE.get(k)]:
+    """Stop the shared runners that no run is using (but those of shape `keep`); call under the lock.
+    Runners of an earlier Ray session in this process ended with it: only forgotten."""
+    session = ray.get_runtime_context().get_session_name() if ray.is_initialized() else None
+    for other in [k for k in _SHARED if k != keep and (not _IN_USE.get(k) or k[0] != session)]:
+        _IN_USE.pop(other, None)
         for runner in _SHARED.pop(other):
-            ray.kill(runner)
+            if other[0] == session:
+                ray.kill(runner)
 
 
 def release_shared_runners() -> None:
