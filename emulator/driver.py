@@ -529,7 +529,7 @@ def _gpu_trial(scenario: Scenario, runners: int) -> GpuTrial | None:
         algorithm.clients_per_round * getattr(scenario.system, "over_selection", 1.0))
     return GpuTrial(local_training_from(algorithm, batch_size=batch, local_steps=1, local_epochs=None),
                     selected, runtime.num_gpus, runtime.vectorise, runtime.group_size,
-                    runners if runtime.backend == "inline" else 1)
+                    runners if runtime.backend == "inline" else 1, scenario.evaluation.batch_size)
 
 
 def _prepare(pool: RunnerPool, run_key: str, context_box: list, gpu_trial: GpuTrial | None = None) -> None:

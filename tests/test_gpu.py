@@ -158,6 +158,17 @@ def test_bf16_autocast_on_the_gpu_stays_near_fp32():
 
 
 @cuda
+def test_a_gpu_runner_evaluates_the_global_model_as_a_cpu_runner_does(ieee_fp32):
+    context = image_context("evaluate", "cnn_fmnist")
+    on_cpu, on_gpu = DeviceRunner(gpu=False), DeviceRunner(gpu=True)
+    params = flatten(on_cpu._run(context.key, [context])[1])
+    cpu = on_cpu.evaluate(context.key, [context], params, 64)
+    gpu = on_gpu.evaluate(context.key, [context], params, 64)
+    assert abs(gpu[0] - cpu[0]) < 1e-4 * cpu[0] and abs(gpu[1] - cpu[1]) <= 2 / 200  # a sample or two may flip
+    assert (gpu[3] == cpu[3]).all() and gpu[3].sum() == 200  # every test sample counted, by class
+
+
+@cuda
 def test_a_gpu_runner_does_not_grow_its_memory_from_round_to_round():
     context = image_context("memory", "cnn_fmnist")
     runner = DeviceRunner(gpu=True)

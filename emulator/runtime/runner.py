@@ -26,7 +26,8 @@ from emulator.runtime.gpu_share import GpuNeed
 from emulator.runtime.grouping import largest_group
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import LocalTraining, as_device_tensors, seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seeded_generator,
+                                     set_torch_threads, train_locally)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,7 @@ class GpuTrial:
     vectorise: bool = False
     group_size: int | None = None
     runners_here: int = 1
+    eval_batch: int = 0  # evaluation.batch_size: runners evaluate the global model too
 
 
 @dataclass(frozen=True)
@@ -83,6 +85,7 @@ class DeviceRunner:
         set_torch_threads(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
         self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
+        self._test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the test set it evaluates on
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
@@ -137,10 +140,33 @@ class DeviceRunner:
                                     [None] * group, check=False, precision=context.precision)
             else:
                 train_locally(model, xs, ys, spec, seeded_generator(0), None, context.precision)
+            if trial.eval_batch and len(context.federation.test):
+                test_x, test_y = self._test_set(context)
+                evaluate_by_class(model, test_x[:trial.eval_batch], test_y[:trial.eval_batch], trial.eval_batch,
+                                  context.federation.train.num_classes, context.precision)
         param_vector.load(model, saved)
         torch.cuda.synchronize(self.device)
         training = torch.cuda.max_memory_reserved(self.device) - base
         return GpuNeed(data=max(data, base - before), training=training)
+
+    def evaluate(self, run_key: str, context_box: list, global_params: np.ndarray,
+                 batch_size: int) -> tuple[float, float, np.ndarray, np.ndarray]:
+        """The global model's test loss, accuracy and per-class counts (training.local.evaluate_by_class), on
+        this runner's device: the server hands evaluation to a runner, so that it runs on the GPU where
+        the runners have one (a GPU runner holds the test set there once, beside the training set)."""
+        context, model = self._run(run_key, context_box)
+        x, y = self._test_set(context)
+        param_vector.load(model, global_params)
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+            return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
+                                     context.precision)
+
+    def _test_set(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The run's test set as tensors on this runner's device, made once (one run's at a time)."""
+        if context.key not in self._test:
+            self._test.clear()
+            self._test[context.key] = as_device_tensors(*context.federation.test.tensors(), self.device)
+        return self._test[context.key]
 
     def memory(self) -> dict:
         """This runner's GPU memory now (bytes): allocated, reserved and their peaks since it started; {} on CPU."""
@@ -161,12 +187,13 @@ class DeviceRunner:
         """Forget a run that ended (its data, model and GPU copy): a runner kept for later runs holds nothing
         of it, on the card included."""
         self._runs.pop(run_key, None)
+        self._test.pop(run_key, None)
         if self._on_device.pop(run_key, None) is not None:
             torch.cuda.empty_cache()
 
     def held_runs(self) -> list[str]:
         """The runs whose data and model this runner holds now (what `release` forgets)."""
-        return sorted(set(self._runs) | set(self._on_device))
+        return sorted(set(self._runs) | set(self._on_device) | set(self._test))
 
     def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
         """One device's local training from the global vector; its update."""

@@ -33,7 +33,7 @@ from emulator.system.simulated import SECAGG_COLUMNS
 from emulator.system.stream import AsyncStream
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import evaluate_by_class, seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import seeded_generator, set_torch_threads, train_locally
 from emulator.uplink.pipeline import UploadPipeline
 from emulator.uplink.secagg import SecAggCost
 
@@ -75,7 +75,6 @@ class FederatedServer:
         self.label_counts = federation.label_counts()  # (devices, classes): what each device's data is
         self.population_mix = bias.population_mix(self.label_counts)
         self._floors: dict[int, float] = {}  # cohort size -> random-cohort TV floor (from the seed: not saved)
-        self.test_x, self.test_y = federation.test.tensors()
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
         self.upload = UploadPipeline(self.scenario, len(self.params))  # DP clipping and noise, compression
@@ -435,10 +434,9 @@ class FederatedServer:
     def evaluate_classes(self) -> tuple[float | None, float | None, np.ndarray]:
         """Test loss, accuracy (None where there is no test set) and per-class accuracy (NaN for a class
         without test samples)."""
-        param_vector.load(self.model, self.params)
-        loss, acc, correct, total = evaluate_by_class(self.model, self.test_x, self.test_y,
-                                                      self.scenario.evaluation.batch_size, self.num_classes,
-                                                      self.precision)
+        # on a runner: on its GPU where runners have one (the same arithmetic as here on CPUs)
+        loss, acc, correct, total = inline.get(self.pool.runners[0].evaluate.remote(
+            self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size))
         return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc), \
             bias.class_accuracy(correct, total)
 
