@@ -5,13 +5,19 @@
 #
 #   OUT=gpu-out bash benchmarks/gpu_device_run.sh [steps...]
 #
-# steps (default: all): info tests quickstart fast bench memory
+# steps (default: all but papers): info tests quickstart fast bench memory papers
+#
+# papers: FAST's Table 2 Fashion-MNIST cells at alpha = 0.1 (uniform and Beta participation x FedAvg and
+# FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, many runs sharing the GPU through fractional
+# shares; every finished run's metrics.csv, summary.json and scenario.yaml come back in
+# $OUT/papers.tar.gz (commit them under results/gpu/, then `emulator report` rebuilds the tables).
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 steps=${*:-info tests quickstart fast bench memory}
-BENCH_ARGS=${BENCH_ARGS:-}
+PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_SHARE=${PAPER_SHARE:-0.0833} PAPER_PARALLEL=${PAPER_PARALLEL:-12}
+BENCH_ARGS=${BENCH_ARGS:-} PAPER_ARGS=${PAPER_ARGS:-}
 
 step() {  # step LIMIT_S NAME COMMAND...
     local limit=$1 name=$2
@@ -50,6 +56,27 @@ for s in $steps; do
     memory)
         TAIL=12 step 200 memory python3 benchmarks/gpu.py --shares 0.25 --workloads fast_cnn --precisions fp32 \
             --rounds 3 --memory-rounds ${MEMORY_ROUNDS:-100} ;;
+    papers)
+        step ${PAPER_LIMIT:-480} papers python3 -m emulator sweep scenarios/papers/fast_fmnist.yaml --quiet \
+            --set rounds=$PAPER_ROUNDS --set runtime.num_gpus=$PAPER_SHARE --set runtime.num_cpus=0.5 \
+            --grid 'algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}' --grid algorithm.q=0,0.5 \
+            --seeds ${PAPER_SEEDS:-3} --parallel $PAPER_PARALLEL --out "$OUT/runs-papers" $PAPER_ARGS
+        python3 - "$OUT/runs-papers" "$OUT/papers.tar.gz" <<'PY'
+import json, sys, tarfile
+from pathlib import Path
+root, done = Path(sys.argv[1]), 0
+with tarfile.open(sys.argv[2], "w:gz") as tar:
+    for summary in sorted(root.glob("*/summary.json")):
+        run = summary.parent
+        status = json.loads(summary.read_text()).get("status")
+        print(f"{run.name}: {status}, {json.loads(summary.read_text()).get('rounds_completed')} rounds")
+        if status == "completed":
+            done += 1
+            for name in ("metrics.csv", "summary.json", "scenario.yaml"):
+                tar.add(run / name, arcname=f"{run.name}/{name}")
+print(f"{done} finished runs in {sys.argv[2]}")
+PY
+        ;;
     esac
 done
 rm -rf "$OUT"/runs-*  # $OUT brings back few files: the logs and the benchmark's rows
