@@ -13,7 +13,6 @@ disk stops the run cleanly so that it can be resumed once space is freed.
 """
 from __future__ import annotations
 
-import math
 import platform
 import sys
 import threading
@@ -26,7 +25,6 @@ from typing import Callable
 
 import ray
 
-from emulator.algorithms.fedavg import local_training_from
 from emulator.data import build_federation
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
@@ -35,12 +33,12 @@ from emulator.parts.plugins import innermost, module_files
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
-from emulator.runtime import inline
+from emulator.runtime import gpu_share, inline
 from emulator.runtime import warm
 from emulator.runtime.cluster import attached_warm_instance, ray_session, runner_count
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
-from emulator.runtime.runner import GpuTrial, RunContext, unbox
+from emulator.runtime.runner import RunContext, unbox
 from emulator.runtime.server import FederatedServer, ServerActor
 from emulator.runtime.startup import StartupProfile
 from emulator.scenario import Scenario, ScenarioError
@@ -319,7 +317,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 loaded = server.start(context_box, state, fresh=False)
                 for note in server.call("preflight"):
                     notify(f"note: {note}")
-                _prepare(pool, context.key, context_box, _gpu_trial(scenario, len(pool.runners)))
+                _prepare(pool, context.key, context_box, gpu_share.trial_for(scenario, len(pool.runners)))
             if directory is None:
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
@@ -453,7 +451,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                 furthest, restarts = len(recorder.rows), 0
             if stop is not None and stop.is_set():
                 raise RunInterrupted(stop.signum)
-        summary.update(_gpu_memory(pool))
+        summary.update(gpu_share.memory_summary(pool.memory()))
         summary["status"] = "completed"
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
@@ -482,16 +480,6 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
     return summary
 
 
-def _gpu_memory(pool: RunnerPool) -> dict:
-    """GPU runners' memory at the end of a run (summary.json): the most any one reserved at its peak and
-    holds now, in MiB (runtime/gpu_share.py sizes a share by the first). Nothing for CPU runners."""
-    figures = [m for m in pool.memory() if m]
-    if not figures:
-        return {}
-    return {"runner_gpu_peak_reserved_mib": round(max(m["peak_reserved"] for m in figures) / 2 ** 20, 1),
-            "runner_gpu_reserved_mib": round(max(m["reserved"] for m in figures) / 2 ** 20, 1)}
-
-
 def _restart(server: _Server, recorder: Recorder, notify, exc) -> None:
     """The server actor died: start a new one from the last valid checkpoint and redo the rounds after
     it (deterministically, so the metrics come out the same)."""
@@ -517,22 +505,7 @@ def _remote(ref):
         raise
 
 
-def _gpu_trial(scenario: Scenario, runners: int) -> GpuTrial | None:
-    """What GPU runners measure their memory need with (runtime/gpu_share.py): one local step of a full
-    batch for the largest group a round is cut into."""
-    runtime = scenario.runtime
-    if runtime.num_gpus <= 0:
-        return None
-    algorithm = scenario.algorithm
-    batch = max(algorithm.batch_size, getattr(algorithm, "server_batch_size", 0))
-    selected = getattr(algorithm, "concurrency", None) or math.ceil(
-        algorithm.clients_per_round * getattr(scenario.system, "over_selection", 1.0))
-    return GpuTrial(local_training_from(algorithm, batch_size=batch, local_steps=1, local_epochs=None),
-                    selected, runtime.num_gpus, runtime.vectorise, runtime.group_size,
-                    runners if runtime.backend == "inline" else 1, scenario.evaluation.batch_size)
-
-
-def _prepare(pool: RunnerPool, run_key: str, context_box: list, gpu_trial: GpuTrial | None = None) -> None:
+def _prepare(pool: RunnerPool, run_key: str, context_box: list, gpu_trial=None) -> None:
     """pool.prepare, with a runner's bad-input error (a plugin, runtime.precision on its hardware, a GPU
     share too small for the run) reaching the user as such, as _remote does."""
     try:

@@ -26,9 +26,10 @@ from emulator.driver import resume_run, run_scenario
 from emulator.errors import ScenarioError
 from emulator.params import flatten
 from emulator.parts import validate_scenario
-from emulator.runtime.gpu_share import CUDA_CONTEXT_BYTES, MARGIN, GpuNeed, check_share, smallest_share
+from emulator.runtime.gpu_share import (CUDA_CONTEXT_BYTES, MARGIN, GpuNeed, GpuTrial, check_share, memory_summary,
+                                       smallest_share, trial_for)
 from emulator.runtime.grouping import group_jobs, largest_group
-from emulator.runtime.runner import DeviceJob, DeviceRunner, GpuTrial, RunContext
+from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.training.local import LocalTraining
 
 GiB = 2 ** 30
@@ -72,6 +73,20 @@ def test_the_largest_group_is_the_largest_that_group_jobs_cuts(selected):
         assert largest_group(selected, None, True, model_bytes) == max(len(g) for g in cut)
     assert largest_group(selected, None, False, 800_000) == 1
     assert largest_group(selected, 7, True, 800_000) == min(7, selected)
+
+
+def test_the_memory_trial_is_the_runs_largest_step_and_evaluation_batch():
+    raw = small_scenario(**{"runtime.num_gpus": 0.25, "runtime.vectorise": True, "system.over_selection": 1.3,
+                            "evaluation.batch_size": 500, "algorithm.client_optimizer": "adam"})
+    trial = trial_for(validate_scenario(raw), runners=3)
+    assert trial.selected == 11 and trial.vectorise and trial.share == 0.25  # ceil(8 x 1.3) devices a round
+    assert trial.spec.local_steps == 1 and trial.spec.batch_size == 16 and trial.spec.optimizer == "adam"
+    assert trial.eval_batch == 500 and trial.runners_here == 3  # inline: three runners in this process
+    assert trial_for(validate_scenario(small_scenario()), runners=1) is None  # no GPU share, no trial
+    assert memory_summary([{}, {}]) == {}
+    assert memory_summary([{"peak_reserved": 3 * 2 ** 20, "reserved": 2 ** 20},
+                           {"peak_reserved": 2 ** 21, "reserved": 2 ** 21}]) == {
+        "runner_gpu_peak_reserved_mib": 3.0, "runner_gpu_reserved_mib": 2.0}
 
 
 # ------------------------------------------------------------------------------- on a GPU: the runner

@@ -12,7 +12,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from emulator.algorithms.fedavg import local_training_from
 from emulator.errors import ScenarioError
+from emulator.training.local import LocalTraining
 
 # What one process's CUDA context, cuBLAS and cuDNN handles take beside the tensors torch allocates (the
 # caching allocator does not see them). Measured on an H100 80GB HBM3 with torch 2.11 / CUDA 13.0 (each
@@ -37,6 +39,46 @@ class GpuNeed:
     def breakdown(self) -> str:
         return (f"CUDA context {self.context / GiB:.2f}, training set {self.data / GiB:.2f}, model and largest "
                 f"group's step {self.training * MARGIN / GiB:.2f}")
+
+
+@dataclass(frozen=True)
+class GpuTrial:
+    """What a GPU runner measures its memory need with at start (runtime/gpu_share.py): one local step of
+    `spec` for the largest group a round of `selected` jobs is cut into, against `share` of a card (per
+    runner; `runners_here` runners share one process under runtime.backend: inline)."""
+
+    spec: LocalTraining
+    selected: int
+    share: float
+    vectorise: bool = False
+    group_size: int | None = None
+    runners_here: int = 1
+    eval_batch: int = 0  # evaluation.batch_size: runners evaluate the global model too
+
+
+def trial_for(scenario, runners: int) -> GpuTrial | None:
+    """What GPU runners measure their memory need with: one local step of a full batch for the largest
+    group a round is cut into, and one evaluation batch. None without GPU shares."""
+    runtime = scenario.runtime
+    if runtime.num_gpus <= 0:
+        return None
+    algorithm = scenario.algorithm
+    batch = max(algorithm.batch_size, getattr(algorithm, "server_batch_size", 0))
+    selected = getattr(algorithm, "concurrency", None) or math.ceil(
+        algorithm.clients_per_round * getattr(scenario.system, "over_selection", 1.0))
+    return GpuTrial(local_training_from(algorithm, batch_size=batch, local_steps=1, local_epochs=None),
+                    selected, runtime.num_gpus, runtime.vectorise, runtime.group_size,
+                    runners if runtime.backend == "inline" else 1, scenario.evaluation.batch_size)
+
+
+def memory_summary(figures: list[dict]) -> dict:
+    """GPU runners' memory at the end of a run, for summary.json: the most any one reserved at its peak
+    and holds now, in MiB. Nothing for CPU runners (their figures are empty)."""
+    figures = [m for m in figures if m]
+    if not figures:
+        return {}
+    return {"runner_gpu_peak_reserved_mib": round(max(m["peak_reserved"] for m in figures) / 2 ** 20, 1),
+            "runner_gpu_reserved_mib": round(max(m["reserved"] for m in figures) / 2 ** 20, 1)}
 
 
 def smallest_share(need_bytes: int, card_bytes: int) -> float | None:

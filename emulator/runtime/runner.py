@@ -22,7 +22,7 @@ from emulator.parts.loading import load_parts
 from emulator.parts.plugins import guard
 from emulator.registry import MODELS
 from emulator.runtime import gpu_share
-from emulator.runtime.gpu_share import GpuNeed
+from emulator.runtime.gpu_share import GpuNeed, GpuTrial
 from emulator.runtime.grouping import largest_group
 from emulator.training import cohort
 from emulator.training import precision as numerics
@@ -48,21 +48,6 @@ def unbox(context_box: list) -> RunContext:
     fetch it for every call: runners fetch it once and cache it)."""
     item = context_box[0]
     return item if isinstance(item, RunContext) else ray.get(item)
-
-
-@dataclass(frozen=True)
-class GpuTrial:
-    """What a GPU runner measures its memory need with at start (runtime/gpu_share.py): one local step of
-    `spec` for the largest group a round of `selected` jobs is cut into, against `share` of a card (per
-    runner; `runners_here` runners share one process under runtime.backend: inline)."""
-
-    spec: LocalTraining
-    selected: int
-    share: float
-    vectorise: bool = False
-    group_size: int | None = None
-    runners_here: int = 1
-    eval_batch: int = 0  # evaluation.batch_size: runners evaluate the global model too
 
 
 @dataclass(frozen=True)
