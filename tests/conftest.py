@@ -87,15 +87,11 @@ def digest(directory: Path) -> dict:
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own hook of this name)
 def pytest_collection_modifyitems(config, items):
     """How `make test` (pytest-xdist, --dist loadgroup) spreads the tests over its workers: a test file's
-    tests stay together on one worker, in order (their module fixtures are built once), except the doc
-    blocks, kept together per Markdown file (the blocks of one file share a warm instance and run in order),
-    and the shipped scenarios, each on its own (they share nothing but session fixtures). So the two longest
-    files, a third of the suite's time, run on both workers."""
+    tests stay together on one worker, in order (their module fixtures are built once), except the shipped
+    scenarios, each on its own (they share nothing but session fixtures), so the longest file runs on both
+    workers. The doc blocks stay on one worker: two doc files at once would run two warm Ray instances
+    side by side, which on 2 cores made the suite slower, not faster (measured)."""
     for item in items:
-        if item.get_closest_marker("xdist_group"):
+        if item.get_closest_marker("xdist_group") or item.path.name == "test_shipped_scenarios.py":
             continue
-        if item.path.name == "test_shipped_scenarios.py":
-            continue
-        block = getattr(item, "callspec", None) and item.callspec.params.get("block")
-        group = f"doc:{block.doc.relative_to(ROOT)}" if hasattr(block, "doc") else item.path.name
-        item.add_marker(pytest.mark.xdist_group(group))
+        item.add_marker(pytest.mark.xdist_group(item.path.name))

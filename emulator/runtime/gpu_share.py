@@ -3,9 +3,10 @@
 Ray's fractional GPUs (`runtime.num_gpus`) are a scheduling count, not a memory limit: eight runners at
 0.125 share one card's memory however much each takes, and the one that asks last crashes mid-run with
 CUDA out of memory (the peers' most reported failure). So each GPU runner measures its need once per run
-(CUDA context, the run's training set held on the device, the peak of one trial step of the largest
-group it will train), refuses at start a share whose memory cannot hold it, naming the share that can,
-and caps its caching allocator at its share, so that a runner that outgrows it fails alone and says so.
+(CUDA context, the run's data sets held on the device, the peak of one trial step of the largest
+group it will train and of one evaluation batch), refuses at start a share whose memory cannot hold it,
+naming the share that can, and caps its caching allocator at its share, so that a runner that outgrows
+it fails alone and says so.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ GiB = 2 ** 30
 class GpuNeed:
     """A runner's GPU memory for one run, in bytes."""
 
-    data: int  # the run's training set, held on the device once per runner
+    data: int  # the run's training and test sets, held on the device once per runner
     training: int  # the reserved peak of one trial step of the largest group, model and optimizer state included
     context: int = CUDA_CONTEXT_BYTES
 
@@ -37,7 +38,7 @@ class GpuNeed:
         return self.context + self.data + math.ceil(self.training * MARGIN)
 
     def breakdown(self) -> str:
-        return (f"CUDA context {self.context / GiB:.2f}, training set {self.data / GiB:.2f}, model and largest "
+        return (f"CUDA context {self.context / GiB:.2f}, data sets {self.data / GiB:.2f}, model and largest "
                 f"group's step {self.training * MARGIN / GiB:.2f}")
 
 

@@ -106,12 +106,13 @@ class DeviceRunner:
         return need
 
     def _measure_gpu_need(self, context: RunContext, model: torch.nn.Module, trial: GpuTrial) -> GpuNeed:
-        """The run's training set on the device, then one step of `trial.group` devices of a full batch
-        each: the caching allocator's reserved peak is what the largest task of the run will take."""
+        """The run's data sets on the device, then one step of the largest group of devices it will train
+        (a full batch each) and one evaluation batch: the caching allocator's reserved peak over them is
+        what the largest task of the run will take."""
         torch.cuda.synchronize(self.device)
         before = torch.cuda.memory_reserved(self.device)
-        x, y = self._device_set(context)
-        data = x.numel() * x.element_size() + y.numel() * y.element_size()
+        (x, y), (test_x, test_y) = self._device_set(context), self._test_set(context)
+        data = sum(t.numel() * t.element_size() for t in (x, y, test_x, test_y))
         torch.cuda.reset_peak_memory_stats(self.device)
         base = torch.cuda.memory_reserved(self.device)
         spec = trial.spec
@@ -125,8 +126,7 @@ class DeviceRunner:
                                     [None] * group, check=False, precision=context.precision)
             else:
                 train_locally(model, xs, ys, spec, seeded_generator(0), None, context.precision)
-            if trial.eval_batch and len(context.federation.test):
-                test_x, test_y = self._test_set(context)
+            if trial.eval_batch and len(test_y):
                 evaluate_by_class(model, test_x[:trial.eval_batch], test_y[:trial.eval_batch], trial.eval_batch,
                                   context.federation.train.num_classes, context.precision)
         param_vector.load(model, saved)
