@@ -83,15 +83,3 @@ def digest(directory: Path) -> dict:
     return {str(p.relative_to(directory)): hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(Path(directory).rglob("*")) if p.is_file() and p.name != ".lock"}
 
-
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (its own hook of this name)
-def pytest_collection_modifyitems(config, items):
-    """How `make test` (pytest-xdist, --dist loadgroup) spreads the tests over its workers: a test file's
-    tests stay together on one worker, in order (their module fixtures are built once), except the shipped
-    scenarios, each on its own (they share nothing but session fixtures), so the longest file runs on both
-    workers. The doc blocks stay on one worker: two doc files at once would run two warm Ray instances
-    side by side, which on 2 cores made the suite slower, not faster (measured)."""
-    for item in items:
-        if item.get_closest_marker("xdist_group") or item.path.name == "test_shipped_scenarios.py":
-            continue
-        item.add_marker(pytest.mark.xdist_group(item.path.name))
