@@ -16,6 +16,30 @@ from emulator.errors import ScenarioError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _accuracy(text: str) -> float:
+    """--target: a test accuracy, in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a test accuracy such as 0.8") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a test accuracy: give a fraction in (0, 1], such as 0.8")
+    return value
+
+
+def _at_least(low: int):
+    """An integer option of at least `low` (argparse type)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is too small: at least {low}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="emulator", description="Cross-device federated learning emulator.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -50,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="plots and a comparison table of one or many runs")
     report.add_argument("runs", nargs="+", help="run directories, or directories holding runs")
     report.add_argument("--out", required=True, help="where to write report.md and the figures")
-    report.add_argument("--target", type=float, help="test accuracy for time-to-accuracy (e.g. 0.8)")
-    report.add_argument("--last", type=int, default=5, help="final accuracy = mean of the last N evaluations")
+    report.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy (e.g. 0.8)")
+    report.add_argument("--last", type=_at_least(1), default=5, help="final accuracy = mean of the last N evaluations")
     report.add_argument("--title", default="Run report")
     report.add_argument("--figure-width", choices=["one", "two"], default="two",
                         help="figures for one column (3.3 in) or two columns (7 in, the default) of a paper")
@@ -60,16 +84,16 @@ def _parser() -> argparse.ArgumentParser:
     scenario_args(sweep)
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a field and its values, e.g. --grid algorithm.client_lr=0.01,0.1 (repeatable)")
-    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (seed, seed+1, ...)")
+    sweep.add_argument("--seeds", type=_at_least(1), default=1, help="seeds per grid point (seed, seed+1, ...)")
     sweep.add_argument("--out", help="sweep directory (default: OUTPUT_DIR/sweep-NAME-TIMESTAMP)")
-    sweep.add_argument("--parallel", type=int, default=4, help="runs in flight at once (default 4)")
-    sweep.add_argument("--target", type=float, help="test accuracy for time-to-accuracy in the report")
+    sweep.add_argument("--parallel", type=_at_least(1), default=4, help="runs in flight at once (default 4)")
+    sweep.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy in the report")
     sweep.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     up = commands.add_parser("up", help="keep a warm local Ray instance and runner pool for the next runs "
                                          "(emulator down stops it)")
-    up.add_argument("--num-cpus", type=int, help="CPUs the instance offers (default: all of this machine's)")
-    up.add_argument("--runners", type=int, help="warm runners (default: one per CPU)")
+    up.add_argument("--num-cpus", type=_at_least(1), help="CPUs the instance offers (default: all of this machine's)")
+    up.add_argument("--runners", type=_at_least(1), help="warm runners (default: one per CPU)")
     commands.add_parser("down", help="stop the warm instance that emulator up started")
     return parser
 
