@@ -119,13 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except RunInterrupted as exc:
-        print(f"\ninterrupted ({exc}): every finished round is saved in the run directory; continue it with "
-              "emulator run --resume RUN_DIR", file=sys.stderr)
-        return 128 + int(exc.signum)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every finished round is saved in the run directory", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        signal_name = f" ({exc})" if isinstance(exc, RunInterrupted) else ""
+        print(f"\ninterrupted{signal_name}: {_where_the_rounds_are(exc)}", file=sys.stderr)
+        return 128 + int(exc.signum) if isinstance(exc, RunInterrupted) else EXIT_INTERRUPTED
+
+
+def _where_the_rounds_are(exc: KeyboardInterrupt) -> str:
+    """What an interruption left, as the driver saw it: no run directory yet, or the one to resume."""
+    if not hasattr(exc, "run_dir"):  # a sweep, or a stop outside a run: each run directory says its own state
+        return "every finished round is saved in its run directory; continue one with emulator run --resume RUN_DIR"
+    if exc.run_dir is None:
+        return "stopped before the run started: nothing was written"
+    return f"every finished round is saved in {exc.run_dir}; continue it with emulator run --resume {exc.run_dir}"
 
 
 def _validate(args) -> int:
