@@ -16,6 +16,30 @@ from emulator.errors import ScenarioError
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
 
 
+def _accuracy(text: str) -> float:
+    """--target: a test accuracy, in (0, 1]."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number; give a test accuracy such as 0.8") from None
+    if not 0 < value <= 1:
+        raise argparse.ArgumentTypeError(f"{text} is not a test accuracy: give a fraction in (0, 1], such as 0.8")
+    return value
+
+
+def _at_least(low: int):
+    """An integer option of at least `low` (argparse type)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is too small: at least {low}")
+        return value
+    return parse
+
+
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="emulator", description="Cross-device federated learning emulator.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -50,8 +74,8 @@ def _parser() -> argparse.ArgumentParser:
     report = commands.add_parser("report", help="plots and a comparison table of one or many runs")
     report.add_argument("runs", nargs="+", help="run directories, or directories holding runs")
     report.add_argument("--out", required=True, help="where to write report.md and the figures")
-    report.add_argument("--target", type=float, help="test accuracy for time-to-accuracy (e.g. 0.8)")
-    report.add_argument("--last", type=int, default=5, help="final accuracy = mean of the last N evaluations")
+    report.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy (e.g. 0.8)")
+    report.add_argument("--last", type=_at_least(1), default=5, help="final accuracy = mean of the last N evaluations")
     report.add_argument("--title", default="Run report")
     report.add_argument("--figure-width", choices=["one", "two"], default="two",
                         help="figures for one column (3.3 in) or two columns (7 in, the default) of a paper")
@@ -60,16 +84,16 @@ def _parser() -> argparse.ArgumentParser:
     scenario_args(sweep)
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a field and its values, e.g. --grid algorithm.client_lr=0.01,0.1 (repeatable)")
-    sweep.add_argument("--seeds", type=int, default=1, help="seeds per grid point (seed, seed+1, ...)")
+    sweep.add_argument("--seeds", type=_at_least(1), default=1, help="seeds per grid point (seed, seed+1, ...)")
     sweep.add_argument("--out", help="sweep directory (default: OUTPUT_DIR/sweep-NAME-TIMESTAMP)")
-    sweep.add_argument("--parallel", type=int, default=4, help="runs in flight at once (default 4)")
-    sweep.add_argument("--target", type=float, help="test accuracy for time-to-accuracy in the report")
+    sweep.add_argument("--parallel", type=_at_least(1), default=4, help="runs in flight at once (default 4)")
+    sweep.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy in the report")
     sweep.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
     up = commands.add_parser("up", help="keep a warm local Ray instance and runner pool for the next runs "
                                          "(emulator down stops it)")
-    up.add_argument("--num-cpus", type=int, help="CPUs the instance offers (default: all of this machine's)")
-    up.add_argument("--runners", type=int, help="warm runners (default: one per CPU)")
+    up.add_argument("--num-cpus", type=_at_least(1), help="CPUs the instance offers (default: all of this machine's)")
+    up.add_argument("--runners", type=_at_least(1), help="warm runners (default: one per CPU)")
     commands.add_parser("down", help="stop the warm instance that emulator up started")
     return parser
 
@@ -95,13 +119,19 @@ def main(argv: list[str] | None = None) -> int:
     except OutputError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
-    except RunInterrupted as exc:
-        print(f"\ninterrupted ({exc}): every finished round is saved in the run directory; continue it with "
-              "emulator run --resume RUN_DIR", file=sys.stderr)
-        return 128 + int(exc.signum)
-    except KeyboardInterrupt:
-        print("\ninterrupted: every finished round is saved in the run directory", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as exc:
+        signal_name = f" ({exc})" if isinstance(exc, RunInterrupted) else ""
+        print(f"\ninterrupted{signal_name}: {_where_the_rounds_are(exc)}", file=sys.stderr)
+        return 128 + int(exc.signum) if isinstance(exc, RunInterrupted) else EXIT_INTERRUPTED
+
+
+def _where_the_rounds_are(exc: KeyboardInterrupt) -> str:
+    """What an interruption left, as the driver saw it: no run directory yet, or the one to resume."""
+    if not hasattr(exc, "run_dir"):  # a sweep, or a stop outside a run: each run directory says its own state
+        return "every finished round is saved in its run directory; continue one with emulator run --resume RUN_DIR"
+    if exc.run_dir is None:
+        return "stopped before the run started: nothing was written"
+    return f"every finished round is saved in {exc.run_dir}; continue it with emulator run --resume {exc.run_dir}"
 
 
 def _validate(args) -> int:

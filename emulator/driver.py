@@ -331,6 +331,9 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 directory.write_scenario(scenario, header=_scenario_header(start.data_source))
             summary = _loop(scenario, federation, recorder, server, pool, resumed_from, started, stop,
                             notify, start.summary, profile)
+        except KeyboardInterrupt as exc:  # the CLI tells the user where the finished rounds are, if anywhere
+            exc.run_dir = directory.path if directory is not None else None
+            raise
         finally:
             server.kill()
             pool.shutdown(run_key)

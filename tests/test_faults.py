@@ -240,6 +240,7 @@ def test_one_signal_stops_a_run_within_two_seconds_and_it_resumes_identically(ra
     assert stopped < 2.0, f"stopping took {stopped:.2f} s"
     assert exited < 15.0, f"the process took {exited:.2f} s to exit (Ray's teardown included)"
     assert "Traceback" not in err and "Fatal Python error" not in err and "interrupted" in err, err
+    assert f"saved in {out}; continue it with emulator run --resume {out}" in err, err  # the path, not RUN_DIR
     summary = json.loads((out / "summary.json").read_text())
     rows = read_metrics(out)
     assert summary["status"] == "interrupted" and summary["rounds_completed"] == len(rows) >= 5
@@ -338,3 +339,21 @@ def _as_file(directory: Path, raw: dict) -> list[str]:
     path = directory / "scenario.yaml"
     path.write_text(yaml.safe_dump(raw))
     return [str(path)]
+
+
+def test_an_interruption_names_the_run_directory_to_resume_or_says_nothing_was_written(tmp_path):
+    from emulator.cli import _where_the_rounds_are
+
+    def stop_in_round_2(row):
+        if row["round"] == 2:
+            raise KeyboardInterrupt
+
+    path = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt) as stopped:
+        run_scenario(validate_scenario(small_scenario(rounds=5)), path, on_round=stop_in_round_2)
+    assert stopped.value.run_dir == path
+    assert _where_the_rounds_are(stopped.value) == (f"every finished round is saved in {path}; continue it with "
+                                                    f"emulator run --resume {path}")
+    early = KeyboardInterrupt()
+    early.run_dir = None  # what the driver says when the stop came before the run directory existed
+    assert _where_the_rounds_are(early) == "stopped before the run started: nothing was written"

@@ -114,6 +114,10 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
     """Load the runs, draw every figure, and write out/report.md (and out/summary.csv).
 
     Figures are PNG, PDF and SVG, `figure_width` wide: "two-column" (7 in) or "one-column" (3.3 in)."""
+    if target is not None and not 0 < target <= 1:
+        raise NotARunError(f"target {target}: not a test accuracy; give a fraction in (0, 1], such as 0.8")
+    if last < 1:
+        raise NotARunError(f"last {last}: the final accuracy is the mean of the last N >= 1 evaluations")
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(run_paths)

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ValidationError
 from emulator.scenario.base import ScenarioError
 from emulator.scenario.describe import _describe, _strip_annotated, _walk
 from emulator.scenario.root import Scenario
+from emulator.scenario.yaml_text import load_yaml_text, read_yaml_file
 
 # ------------------------------------------------------------------------------------ loading, errors
 APPEND = "+"  # a path element of parse_override: append an item to the list (spelled `[+]`)
@@ -44,10 +45,7 @@ def parse_override(text: str) -> tuple[list[str | int], Any]:
         index = dotted if dotted is not None else bracket
         path.append(name if name is not None else APPEND if index == "+" else int(index))
         at = token.end()
-    try:
-        value = yaml.safe_load(raw) if raw.strip() else None
-    except yaml.YAMLError as exc:
-        raise ScenarioError(f"--set {text!r}: the value is not valid YAML ({exc})") from None
+    value = load_yaml_text(raw, f"--set {text!r}: the value") if raw.strip() else None
     return path, value
 
 
@@ -152,16 +150,7 @@ def _absent_list(text: str, path: list[str | int], item: int | str) -> ScenarioE
 
 
 def read_yaml(path: str | Path) -> dict:
-    path = Path(path)
-    if not path.exists():
-        raise ScenarioError(f"{path}: no such scenario file")
-    try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as exc:
-        where = getattr(exc, "problem_mark", None)
-        at = f" at line {where.line + 1}, column {where.column + 1}" if where else ""
-        problem = getattr(exc, "problem", None) or str(exc)
-        raise ScenarioError(f"{path}: not valid YAML{at}: {problem}") from None
+    data = read_yaml_file(path)
     if data is None:
         data = {}
     if not isinstance(data, dict):

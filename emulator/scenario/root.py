@@ -20,7 +20,7 @@ class Scenario(Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
     plugins: list[str] = Field(default_factory=list)  # modules that register parts (see emulator/parts/plugins.py)
     seed: int = Field(0, ge=0)
-    rounds: int = Field(gt=0)
+    rounds: int = Field(gt=0, le=10 ** 7)  # a run of more rounds could never finish (nor its metrics.csv fit)
     data: DataConfig = Field(default_factory=DataConfig)
     model: Plugged(MODELS, ModelConfig) = ModelConfig()
     algorithm: AlgorithmConfig = Field(default_factory=lambda: ALGORITHMS.get("fedavg").config())
