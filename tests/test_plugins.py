@@ -140,6 +140,26 @@ def test_an_installed_package_is_found_by_its_entry_point(lab, tmp_path):
 
 
 # ------------------------------------------------------------------------------------- running
+def test_the_example_availability_model_keeps_its_own_promises():
+    """The tutorial's nightly model: online for `hours` a day; next_offline / next_online are the times the
+    state flips (t itself where the device is already there), at any time of any day."""
+    sys.path.insert(0, str(EXAMPLE))
+    try:
+        from fedlab.nightly import DAY, Nightly, NightlySettings
+    finally:
+        sys.path.remove(str(EXAMPLE))
+    model = Nightly(np.arange(100, 150), NightlySettings(start_h=22, hours=8), np.random.default_rng(0))
+    local = np.arange(50)
+    share = np.mean([model.online(local, t).mean() for t in np.linspace(0, 3 * DAY, 721)])
+    assert abs(share - 8 / 24) < 0.02
+    for t in np.random.default_rng(1).uniform(0, 5 * DAY, 200):
+        online = model.online(local, t)
+        off, on = model.next_offline(local, t), model.next_online(local, t)
+        assert (off[~online] == t).all() and (on[online] == t).all()
+        assert (off[online] > t).all() and not model.online(local, off + 1e-6)[online].any()
+        assert (on[~online] > t).all() and model.online(local, on + 1e-6)[~online].all()
+
+
 def test_feddyn_follows_the_papers_update_rule():
     """Acar et al., Algorithm 1, computed by hand for two rounds on a 3-parameter model and 4 devices."""
     sys.path.insert(0, str(EXAMPLE))
@@ -265,7 +285,7 @@ def test_the_tutorial_shows_the_example_files_as_they_are():
     text = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n# file: (\S+)\n(.*?)```", text, flags=re.S)
     assert {name for name, _ in blocks} == {"examples/fedlab/fedlab/feddyn.py", "examples/fedlab/fedlab/tabular_mlp.py",
-                                            "examples/fedlab/fedlab/user_csv.py"}
+                                            "examples/fedlab/fedlab/user_csv.py", "examples/fedlab/fedlab/nightly.py"}
     for name, body in blocks:
         assert body == (ROOT / name).read_text(), f"docs/extending.md shows an old {name}"
         assert len(body.splitlines()) < 150
