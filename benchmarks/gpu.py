@@ -32,15 +32,12 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from overhead import workload_data  # noqa: E402  (benchmarks/overhead.py: Fashion-MNIST, else random images)
+from speed import plain_fedavg_round_s  # noqa: E402  (benchmarks/speed.py: the plain loop, also on a GPU)
 
-from emulator.models.zoo import build_model  # noqa: E402
-from emulator.params import flatten, load  # noqa: E402
 from emulator.parts import load_parts, validate_scenario  # noqa: E402
-from emulator.training import precision as numerics  # noqa: E402
 
 WORKLOADS = {  # name: (model, devices, reports a round, local steps, batch)
     "mlp1000": ("mlp", 1000, 1000, 10, 32),
@@ -100,38 +97,8 @@ class GpuSampler:
 
 # ----------------------------------------------------------------------------------- the plain loop
 def plain_round_s(federation, workload: str, rounds: int, precision: str) -> float:
-    """Seconds per round of textbook FedAvg in this process on the GPU, the training set held there."""
-    model_name, devices, reports, steps, batch = WORKLOADS[workload]
-    device = torch.device("cuda")
-    train = federation.train
-    model = numerics.prepare_model(build_model(model_name, train.input_shape, train.num_classes, seed=0).to(device),
-                                   precision)
-    global_params = flatten(model)
-    x_all, y_all = (t.to(device) for t in train.tensors())
-    data = [torch.as_tensor(federation.device_samples(d), device=device) for d in range(devices)]
-    rng = np.random.default_rng(1)
-    times = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        started = time.perf_counter()
-        total = np.zeros_like(global_params)
-        for d in rng.choice(devices, reports, replace=False):
-            x, y = numerics.prepare_inputs(x_all[data[d]], model, precision), y_all[data[d]]
-            load(model, global_params)
-            model.train()
-            optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-            order = torch.randperm(len(y), device=device)
-            for step in range(steps):
-                index = order[(step * batch) % len(y):][:batch]
-                with numerics.autocast(precision, device):
-                    loss = F.cross_entropy(model(x[index]), y[index])
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
-            total += flatten(model) - global_params
-        global_params = global_params + total / reports
-        times.append(time.perf_counter() - started)
-    return float(np.median(times[1:] if len(times) > 1 else times))
+    """Seconds per round of textbook FedAvg in this process on the GPU (benchmarks/speed.py's plain loop)."""
+    return plain_fedavg_round_s(federation, WORKLOADS[workload], rounds, precision, device="cuda")
 
 
 # ------------------------------------------------------------------------------------ the emulator
@@ -245,7 +212,7 @@ def main(argv=None) -> int:
         print_table(json.loads(Path(args.table).read_text()))
         return 0
     if not torch.cuda.is_available():
-        print("no CUDA GPU here: benchmarks/gpu.py needs one (see docs/performance.md for measured tables)")
+        print("no CUDA GPU here: benchmarks/gpu.py needs one (docs/gpu.md has the measured tables)")
         return 2
     import ray
 
@@ -264,7 +231,6 @@ def main(argv=None) -> int:
     with GpuSampler() as sampler:
         for workload in args.workloads:
             name, federation = data[workload]
-            reports = WORKLOADS[workload][2]
             for precision in args.precisions:
                 started = time.time()
                 seconds = plain_round_s(federation, workload, args.rounds, precision)

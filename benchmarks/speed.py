@@ -52,38 +52,60 @@ TARGETS = {  # (workload, variant): the issue's target, printed beside the measu
 
 # ----------------------------------------------------------------------------------- the plain loop
 def plain_round_s(federation: Federation, workload: str, rounds: int, threads: int, precision: str = "fp32") -> float:
-    """Seconds per round of textbook FedAvg in this process: one model, the global weights copied in,
-    the device's steps, the delta summed; no Ray, no system model."""
-    model_name, devices, reports, steps, batch = WORKLOADS[workload]
+    """Seconds per round of textbook FedAvg in this process with `threads` torch threads."""
     previous = torch.get_num_threads()
     torch.set_num_threads(threads)
+    try:
+        return plain_fedavg_round_s(federation, WORKLOADS[workload], rounds, precision)
+    finally:
+        torch.set_num_threads(previous)
+
+
+def plain_fedavg_round_s(federation: Federation, workload: tuple, rounds: int, precision: str = "fp32",
+                         device: str = "cpu") -> float:
+    """Seconds per round (median, first round left out) of textbook FedAvg: one model, the global weights
+    copied in, the device's steps, the delta summed; no Ray, no system model. `workload` is (model,
+    devices, reports a round, local steps, batch). On a GPU (benchmarks/gpu.py) the training set is held
+    there once and each device's samples are gathered from it every round, as a GPU runner does."""
+    model_name, devices, reports, steps, batch = workload
+    device = torch.device(device)
     train = federation.train
-    model = numerics.prepare_model(build_model(model_name, train.input_shape, train.num_classes, seed=0), precision)
+    model = numerics.prepare_model(build_model(model_name, train.input_shape, train.num_classes, seed=0).to(device),
+                                   precision)
     global_params = flatten(model)
-    data = [train.tensors(federation.device_samples(d)) for d in range(devices)]
+    if device.type == "cpu":
+        held = [train.tensors(federation.device_samples(d)) for d in range(devices)]
+        samples = held.__getitem__
+    else:
+        x_all, y_all = (t.to(device) for t in train.tensors())
+        rows = [torch.as_tensor(federation.device_samples(d), device=device) for d in range(devices)]
+
+        def samples(d):
+            return x_all[rows[d]], y_all[rows[d]]
     rng = np.random.default_rng(1)
     times = []
     for _ in range(rounds):
+        if device.type == "cuda":
+            torch.cuda.synchronize()
         started = time.perf_counter()
         total = np.zeros_like(global_params)
-        for device in rng.choice(devices, reports, replace=False):
-            x, y = data[device]
+        for d in rng.choice(devices, reports, replace=False):
+            x, y = samples(d)
             x = numerics.prepare_inputs(x, model, precision)
             load(model, global_params)
             model.train()
             optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-            order = torch.randperm(len(y))
+            order = torch.randperm(len(y), device=device)
             for step in range(steps):
                 index = order[(step * batch) % len(y):][:batch]
-                with numerics.autocast(precision):
+                with numerics.autocast(precision, device):
                     loss = F.cross_entropy(model(x[index]), y[index])
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
-            total += flatten(model) - global_params
+            total += flatten(model) - global_params  # flatten copies to the host: a GPU round ends synchronised
         global_params = global_params + total / reports
         times.append(time.perf_counter() - started)
-    torch.set_num_threads(previous)
     return float(np.median(times[1:] if len(times) > 1 else times))
 
 
