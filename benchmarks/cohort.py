@@ -121,6 +121,9 @@ def measure(args) -> list[tuple]:
 
 
 def main() -> None:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--groups", type=int, nargs="+", default=[25, 50, 100, 200])

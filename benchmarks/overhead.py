@@ -106,6 +106,9 @@ def emulated(federation: Federation, model_name: str, rounds: int, runners: int,
 
 
 def main(argv=None) -> int:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=20)
     parser.add_argument("--models", nargs="+", default=["mlp", "cnn_fmnist"])

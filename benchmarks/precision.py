@@ -86,6 +86,9 @@ def cpu_summary() -> str:
 
 
 def main(argv=None) -> int:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=11, help="interleaved blocks per variant")
     parser.add_argument("--steps", type=int, default=5, help="training steps per block")

@@ -177,6 +177,9 @@ def run_plain(threads: int, rounds: int, participants: list[int]) -> dict:
 
 
 def main() -> None:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--rounds", type=int, default=60)

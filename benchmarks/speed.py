@@ -185,6 +185,9 @@ def child_table(script: str, args: list[str]) -> str:
 
 
 def main(argv=None) -> int:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="rounds per emulator run (>= 3: warm-up, measured, evaluation)")
     parser.add_argument("--only", nargs="+", default=["a", "b", "c", "d"])

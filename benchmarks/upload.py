@@ -63,6 +63,9 @@ def _seconds(fn, calls: int) -> float:
 
 
 def main(argv=None) -> int:
+    from emulator.parts import load_parts
+
+    load_parts()  # the built-in models and datasets, as the CLI registers them
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--repeats", type=int, default=7)
     args = parser.parse_args(argv)
