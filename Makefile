@@ -21,7 +21,7 @@ demo: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/lint-imports  # the layers in pyproject.toml: an import that runs back up fails here
-	$(BIN)/python -m pytest -q -n 2 --dist loadfile --durations=20
+	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=20
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

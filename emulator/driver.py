@@ -13,6 +13,7 @@ disk stops the run cleanly so that it can be resumed once space is freed.
 """
 from __future__ import annotations
 
+import pickle
 import platform
 import sys
 import threading
@@ -236,8 +237,8 @@ class _Server:
             self.spawn()
         if context_box is not None:
             self.context_box = context_box
-        self.call("setup", self.scenario.model_dump(mode="json"), self.context_box, self.pool.runners,
-                  self.scenario.runtime.torch_threads)
+        self.call("setup", {"plugins": list(self.scenario.plugins)}, self.context_box, self.pool.runners,
+                  self.scenario.runtime.torch_threads, pickle.dumps(self.scenario))
         return self.call("load_state", state) if state is not None else 0
 
     def call(self, method: str, *args, stop: StopRequest | None = None):

@@ -15,12 +15,64 @@ from emulator.parts import load_parts
 # starts look for one in a state file of their own (tests/test_warm.py starts one there).
 os.environ["EMULATOR_WARM_STATE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-"), "warm.json")
 
+# Figures as PNG only (a report in a third of the time), here and in every process the tests start; the tests
+# of PDF and SVG output (test_figures.py, test_bias.py) ask for them.
+os.environ["EMULATOR_FIGURE_FORMATS"] = "png"
+
 # The test session is an entry point like the CLI: it registers the built-in parts (and installed plugins)
 # once, so tests that build a part by name, or parametrise over a registry, see them at collection.
 load_parts()
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
+
+
+# ------------------------------------------------------------------ how `make test` splits over workers
+# `make test` runs `-n 2 --dist loadscope --no-loadscope-reorder`: a worker takes a whole scope at a time.
+# A scope is a test file (its module fixtures are built once), but the doc blocks of one Markdown file form
+# a scope of their own (they run in order in one directory; test_docs.py holds a third of the suite's time),
+# and each shipped scenario is one (independent runs of tens of seconds). Scopes go out heaviest first, so
+# the long ones do not start last on one worker while the other sits idle.
+SPLIT_BY_PARAMETER = {
+    "tests/test_docs.py::test_doc_block_runs": lambda param: param.rpartition(":")[0],  # the Markdown file
+    "tests/test_shipped_scenarios.py::test_shipped_scenario_runs_two_rounds": lambda param: param,
+}
+
+
+def scope_of(nodeid: str) -> str:
+    function, _, param = nodeid.partition("[")
+    split = SPLIT_BY_PARAMETER.get(function)
+    return f"{function}[{split(param.removesuffix(']'))}]" if split else nodeid.split("::")[0]
+
+
+def _cost(item) -> float:
+    """A rough weight of one test, from what the tests say about themselves: `slow` ones take tens of
+    seconds, a doc block or shipped scenario several, the rest under a second."""
+    if item.get_closest_marker("slow"):
+        return 30.0
+    if item.nodeid.split("[")[0] in SPLIT_BY_PARAMETER:
+        return 8.0
+    return 0.5
+
+
+def pytest_collection_modifyitems(config, items):
+    """Heaviest scope first, each scope's tests in their own order (every worker sorts the same way)."""
+    cost: dict[str, float] = {}
+    for item in items:
+        cost[scope_of(item.nodeid)] = cost.get(scope_of(item.nodeid), 0.0) + _cost(item)
+    items.sort(key=lambda item: -cost[scope_of(item.nodeid)])  # stable: a scope keeps its order
+
+
+def pytest_xdist_make_scheduler(config, log):
+    if config.getoption("dist", None) != "loadscope":
+        return None
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ScopeScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return scope_of(nodeid)
+
+    return ScopeScheduling(config, log)
 
 
 @pytest.fixture(scope="session")
@@ -69,6 +121,44 @@ STATEFUL = {
     "algorithm": {"name": "fedavgm", "momentum": 0.5, "clients_per_round": 8, "client_lr": 0.05,
                   "local_steps": 5, "batch_size": 16},
 }
+
+
+def cpu_identity() -> str:
+    """What decides torch's float results on this CPU: its kernel capability, and the vendor and AMX units,
+    which pick different MKL / oneDNN code paths under the same capability (an AMD and an Intel AVX512
+    machine differ in the last bits of a loss). Results are compared bit for bit only between equal ones."""
+    import torch
+
+    identity = torch.backends.cpu.get_cpu_capability()
+    try:
+        info = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return identity
+    vendor = next((line.split(":", 1)[1].strip() for line in info.splitlines() if line.startswith("vendor_id")), "")
+    return " ".join(filter(None, [identity, vendor, "AMX" if " amx_tile" in info else ""]))
+
+
+def close_rows(got: list[dict], want: list[dict], loss: float = 1e-2, acc: float = 5e-3) -> None:
+    """Assert two runs' metrics rows agree where another CPU may round differently: every column present in
+    both; losses to a relative `loss` and accuracies to an absolute `acc` (a rounding difference compounds
+    over an epoch of local steps and may flip a prediction or two); every other column (the clock, bytes,
+    who took part, the data-bias figures) exactly, since it must not depend on floating-point training."""
+    assert [list(r) for r in got] == [list(r) for r in want], "the metrics columns differ"
+    for index, (row, expected) in enumerate(zip(got, want)):
+        for key, value in expected.items():
+            if key == "worst_class":  # the argmin of the class accuracies: two close ones may swap places
+                continue
+            if not any(word in key for word in TRAINED) or value == "" or row[key] == "":
+                assert row[key] == value, (index, key, row[key], value)
+                continue
+            a, b = float(row[key]), float(value)
+            allowed = acc if "acc" in key else loss * max(abs(a), abs(b))
+            assert abs(a - b) <= allowed, (index, key, row[key], value)
+
+
+# Columns computed from the trained model or its updates (losses, accuracies, an update's compression error and
+# its residual's norm): the only ones another CPU may change.
+TRAINED = ("loss", "acc", "error", "norm")
 
 
 def comparable(path) -> list[dict]:

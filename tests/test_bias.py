@@ -226,7 +226,7 @@ def _as_older_version(run, path):
 def test_the_report_draws_label_tv_and_class_accuracy_and_tabulates_them(reference, tmp_path):
     older = _as_older_version(reference, tmp_path / "older")
     out = tmp_path / "report"
-    write_report([reference, older], out)
+    write_report([reference, older], out, formats=("png", "pdf", "svg"))
     for stem in ("label_tv", "class_accuracy"):
         assert (out / f"{stem}.png").read_bytes().startswith(b"\x89PNG")
         assert (out / f"{stem}.pdf").read_bytes().startswith(b"%PDF")

@@ -15,10 +15,11 @@ Where: the blocks of one file run in order in one working directory, a temporary
 (every top-level entry but .git, .venv, runs/ and caches; `.venv` is a link to the environment under test),
 so files carry over from block to block (a Python block reads the `runs/skewed` a shell block made) and
 nothing a doc writes (runs/, report/, ...) lands in the repository. Each block is its own process: shell
-variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray: the blocks of one file use
-one warm instance (`emulator up`) started for that file in its working directory, with a state file of its
-own (EMULATOR_WARM_STATE), instead of each `emulator run` starting and stopping its own Ray and actor
-processes (several seconds each on 2 cores); warm runs give the metrics of cold ones (test_warm.py), that a
+variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray: every block of a test
+worker uses one warm instance (`emulator up`, started once in a directory of its own, with a state file of
+its own: EMULATOR_WARM_STATE), instead of each `emulator run` starting and stopping its own Ray and actor
+processes (several seconds each on 2 cores; a run resolves its paths in its own working directory, so one
+instance serves every file's); warm runs give the metrics of cold ones (test_warm.py), that a
 plain `emulator run` starts its own Ray is tested in test_token_auth.py, the real entry point's exit codes in
 test_reliability.py and test_faults.py. PATH starts
 with that environment's bin/. Running one block alone (`-k 'README.md:58'`) first runs the blocks above it in its file,
@@ -245,14 +246,38 @@ def _tail(text: str, limit: int = 4000) -> str:
     return text if len(text) <= limit else "...\n" + text[-limit:]
 
 
+class WarmRay:
+    """The test worker's warm instance (`emulator up`), shared by the blocks of every file: started in a
+    directory of its own before the first block that may run something, and again if a block stopped it
+    (the README shows `emulator down`); every `emulator run`, sweep and `emulator.run(...)` attaches to it."""
+
+    def __init__(self, home: Path):
+        self.home = home
+        self.state = home / "warm.json"
+        self.up = False
+
+    def join(self, env: dict) -> None:
+        if self.state.is_file():
+            return
+        done = subprocess.run([str(BIN / "emulator"), "up"], cwd=self.home, env=env, capture_output=True,
+                              text=True, timeout=300)
+        if done.returncode != 0:
+            raise RuntimeError(f"the warm instance for the doc tests did not start:\n{done.stderr}")
+        self.up = True
+
+    def close(self, env: dict) -> None:
+        if self.up:
+            self.up = False
+            subprocess.run([str(BIN / "emulator"), "down"], cwd=self.home, env=env, capture_output=True, timeout=120)
+
+
 class DocRunner:
     """Runs the blocks of one Markdown file, in order, in one working directory; remembers each outcome."""
 
-    def __init__(self, doc: Path, workdir: Path):
-        self.doc, self.workdir = doc, workdir
+    def __init__(self, doc: Path, workdir: Path, warm: WarmRay):
+        self.doc, self.workdir, self.warm = doc, workdir, warm
         self.scratch = workdir / ".doc-test"          # the block files themselves
         self.outcomes: dict[int, Outcome] = {}
-        self.warm = False                             # this file's warm instance is up (see _join_ray)
         for entry in ROOT.iterdir():
             if entry.name in NOT_COPIED or entry.name.endswith(".egg-info"):
                 continue
@@ -267,27 +292,10 @@ class DocRunner:
         self.env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "PYTHONPATH")}
         self.env.update(PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}", VIRTUAL_ENV=str(VENV),
                         MPLBACKEND="Agg", PYTHONUNBUFFERED="1", COLUMNS="120",
-                        EMULATOR_WARM_STATE=str(self.scratch / "warm.json"))
+                        EMULATOR_WARM_STATE=str(warm.state))
 
     def _join_ray(self) -> None:
-        """This file's warm instance (`emulator up`, in its working directory, with a state file of its own),
-        started before the first block that may run something, and again if a block stopped it (the README
-        shows `emulator down`): every `emulator run`, sweep and `emulator.run(...)` of the file attaches to it."""
-        if (self.scratch / "warm.json").is_file():
-            return
-        done = subprocess.run([str(BIN / "emulator"), "up"], cwd=self.workdir, env=self.env, capture_output=True,
-                              text=True, timeout=300)
-        if done.returncode != 0:
-            raise RuntimeError(f"{self.doc.name}: the warm instance for the doc tests did not start:\n{done.stderr}")
-        self.warm = True
-
-    def close(self) -> None:
-        """Stop this file's warm instance."""
-        if not self.warm:
-            return
-        self.warm = False
-        subprocess.run([str(BIN / "emulator"), "down"], cwd=self.workdir, env=self.env, capture_output=True,
-                       timeout=120)
+        self.warm.join(self.env)
 
     def outcome(self, block: Block, selected: set[str]) -> Outcome:
         """Runs the blocks above `block` that have not run yet (a `slow` one only when it is selected: no
@@ -356,20 +364,18 @@ class DocRunner:
 @pytest.fixture(scope="session")
 def doc_runner(tmp_path_factory):
     runners: dict[Path, DocRunner] = {}
+    warm = WarmRay(tmp_path_factory.mktemp("doc-ray"))
 
     def get(doc: Path) -> DocRunner:
-        """The runner of one Markdown file, made (with its working directory) on first use; the warm instances
-        of the other files are stopped (the tests run file by file)."""
+        """The runner of one Markdown file, made (with its working directory) on first use."""
         if doc not in runners:
-            for other in runners.values():
-                other.close()
             name = doc.relative_to(ROOT).as_posix().replace("/", "_")
-            runners[doc] = DocRunner(doc, tmp_path_factory.mktemp(f"doc-{name}"))
+            runners[doc] = DocRunner(doc, tmp_path_factory.mktemp(f"doc-{name}"), warm)
         return runners[doc]
 
     yield get
-    for runner in runners.values():
-        runner.close()
+    if runners:
+        warm.close(next(iter(runners.values())).env)
 
 
 def _param(block: Block):

@@ -15,6 +15,7 @@ from matplotlib.figure import Figure
 from matplotlib.text import Text
 
 from emulator.analysis import plots
+from emulator.analysis.figure_style import FIGURE_FORMATS, writing_formats
 from emulator.analysis.runs import Run, group_runs
 from emulator.cli import main
 
@@ -159,7 +160,8 @@ def _all_figures(groups, out: Path, **width) -> list[Path]:
 
 
 def test_every_figure_is_written_as_png_pdf_and_svg(tmp_path):
-    paths = _all_figures(sweep_groups(), tmp_path)
+    with writing_formats(FIGURE_FORMATS):  # the tests' default is PNG only (conftest.py)
+        paths = _all_figures(sweep_groups(), tmp_path)
     assert all(p is not None for p in paths)
     for png in paths:
         assert png.suffix == ".png" and png.read_bytes().startswith(b"\x89PNG")
@@ -265,7 +267,8 @@ def test_report_links_the_png_offers_pdf_and_svg_and_says_what_short_labels_stan
             make_run(LONG, 0)]
     dirs = [_write_run(run, tmp_path / "runs" / str(i)) for i, run in enumerate(runs)]
     out = tmp_path / "report"
-    assert main(["report", *map(str, dirs), "--out", str(out), "--figure-width", "one"]) == 0
+    assert main(["report", *map(str, dirs), "--out", str(out), "--figure-width", "one",
+                 "--formats", "png,pdf,svg"]) == 0
     report = (out / "report.md").read_text()
     for stem in ("accuracy_vs_time", "accuracy_vs_rounds", "accuracy_vs_bytes", "participation", "round_durations"):
         assert f"]({stem}.png)" in report and f"({stem}.pdf)" in report and f"({stem}.svg)" in report
@@ -290,7 +293,9 @@ def test_the_async_figure_shows_staleness_shares_and_sync_cohorts_on_one_time_ax
     assert plots.draw_async(sweep_groups()) is None  # no asynchronous run: no figure
     for width in ("two-column", "one-column"):
         assert not _cut_off(plots.draw_async(groups, width))
-    assert plots.async_figure(groups, tmp_path / "async.png").with_suffix(".pdf").exists()
+    with writing_formats(("png", "pdf")):
+        assert plots.async_figure(groups, tmp_path / "async.png").with_suffix(".pdf").exists()
+    assert not (tmp_path / "async.svg").exists()
 
 
 def test_the_privacy_figure_plots_accuracy_against_epsilon_for_the_private_runs_only(tmp_path):
@@ -304,7 +309,18 @@ def test_the_privacy_figure_plots_accuracy_against_epsilon_for_the_private_runs_
     x = [line.get_xdata() for line in fig.axes[0].lines if len(line.get_xdata()) > 1][0]
     assert max(x) == pytest.approx(0.5 * math.sqrt(40))  # the last evaluation's epsilon
     assert plots.privacy_figure(group_runs(runs), tmp_path / "none.png") is None  # no private run: no figure
-    path = plots.privacy_figure(groups, tmp_path / "eps.png")
+    with writing_formats(FIGURE_FORMATS):
+        path = plots.privacy_figure(groups, tmp_path / "eps.png")
     assert path.exists() and path.with_suffix(".svg").exists()
     for width in ("two-column", "one-column"):
         assert not _cut_off(plots.draw_accuracy({"private": groups["private"]}, "epsilon", width))
+
+
+def test_a_png_only_report_writes_and_offers_no_other_format(tmp_path, capsys):
+    dirs = [_write_run(make_run("quickstart", seed), tmp_path / "runs" / str(seed)) for seed in (0, 1)]
+    assert main(["report", *map(str, dirs), "--out", str(tmp_path / "r"), "--formats", "png"]) == 0
+    assert sorted({p.suffix for p in (tmp_path / "r").iterdir()}) == [".csv", ".md", ".png"]
+    assert "For a paper" not in (tmp_path / "r" / "report.md").read_text()
+    with pytest.raises(SystemExit) as refused:  # argparse's own exit, code 2
+        main(["report", *map(str, dirs), "--out", str(tmp_path / "bad"), "--formats", "pdf"])
+    assert refused.value.code == 2 and "includes png" in capsys.readouterr().err and not (tmp_path / "bad").exists()

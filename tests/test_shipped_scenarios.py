@@ -26,6 +26,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import close_rows, cpu_identity
 
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 from emulator.driver import run_scenario
@@ -80,37 +81,20 @@ def _fingerprint_file(path: Path) -> Path:
     return FINGERPRINTS / (_name(path).replace("/", "__").removesuffix(".yaml") + ".json")
 
 
-def _cpu() -> str:
-    """The instruction set torch's kernels use: float results are bit-exact only between machines that share it."""
-    import torch
-
-    return torch.backends.cpu.get_cpu_capability()
-
-
 def _check_fingerprint(path: Path, written: list[dict]) -> None:
     """`written`: metrics.csv's rows as the strings on disk."""
     rows = [{k: v for k, v in row.items() if k != "wall_time_s"} for row in written]
     file = _fingerprint_file(path)
     if RECORD:
         FINGERPRINTS.mkdir(exist_ok=True)
-        file.write_text(json.dumps({"scenario": _name(path), "cpu": _cpu(), "rows": rows}, indent=1) + "\n")
+        file.write_text(json.dumps({"scenario": _name(path), "cpu": cpu_identity(), "rows": rows}, indent=1) + "\n")
         return
     assert file.is_file(), f"no fingerprint for {_name(path)}: record one (see FINGERPRINTS above)"
     recorded = json.loads(file.read_text())
-    assert [list(r) for r in rows] == [list(r) for r in recorded["rows"]], "the metrics columns changed"
-    if recorded["cpu"] == _cpu():
+    if recorded["cpu"] == cpu_identity():
         assert rows == recorded["rows"]  # bit-identical: same strings in every column of both rounds
-        return
-    # Another instruction set rounds floats differently (torch picks kernels by CPU): what does not come from
-    # floating-point training must still match exactly, the rest to a relative 1e-3.
-    for got, want in zip(rows, recorded["rows"]):
-        for key, value in want.items():
-            try:
-                a, b = float(got[key]), float(value)
-            except ValueError:
-                assert got[key] == value, key
-                continue
-            assert a == b or abs(a - b) <= 1e-3 * max(abs(a), abs(b), 1e-6), (key, got[key], value)
+    else:  # another CPU rounds floats differently: what does not come from training must still match exactly
+        close_rows(rows, recorded["rows"])
 
 
 def _name(path: Path) -> str:
@@ -171,24 +155,40 @@ def fake_data(tmp_path_factory):
     return make
 
 
+# Scenarios also run on the session's Ray instance: one of each algorithm family and of each part of the
+# world that the server actor holds (traces, ties, privacy and SecAgg), so each path through the actors is
+# exercised end to end. The others' Ray path is the same code; that the two backends agree bit for bit on
+# every algorithm is tested in test_inline.py, and here through the fingerprints (recorded from Ray runs).
+ON_RAY = {
+    "quickstart.yaml",                   # FedAvg, Markov availability, deadline, over-selection
+    "algorithms/fedbuff.yaml",           # asynchronous aggregation
+    "papers/fast_cifar10.yaml",          # FAST's snapshot rounds, a CNN
+    "papers/fsl_emnist_scenario2.yaml",  # FSL's server steps
+    "papers/safari_mnist.yaml",          # SAFARI's server rounds
+    "privacy/private_slow_tier.yaml",    # DP-FedAvg with accounting, a slow tier
+    "system/trace_driven.yaml",          # availability replayed from a trace
+    "worlds/latent_types.yaml",          # behaviour tied to data
+}
+
+
 def _params() -> list:
-    """Every scenario in process (runtime.backend: inline), and those not SLOW on Ray as well: both must give
-    the fingerprints recorded from Ray runs, so the backends agree bit for bit. A SLOW scenario's two rounds
-    cost tens of seconds of training either way, and its Ray path is the same code as the others'."""
+    """Every scenario in process (runtime.backend: inline), and those in ON_RAY on Ray as well: both must
+    give the fingerprints recorded from Ray runs, so the backends agree bit for bit."""
     params = []
     for path in SCENARIOS:
         slow = _name(path) in SLOW
-        for backend in ("inline",) if slow else ("ray", "inline"):
+        for backend in ("ray", "inline") if _name(path) in ON_RAY else ("inline",):
             params.append(pytest.param(path, backend, id=f"{_name(path)}-{backend}",
                                        marks=[pytest.mark.slow] if slow else []))
     return params
 
 
 def test_every_listed_scenario_exists():
-    """SLOW names scenarios by path; a renamed scenario must not silently lose its mark."""
+    """SLOW and ON_RAY name scenarios by path; a renamed scenario must not silently lose its mark."""
     names = {_name(p) for p in SCENARIOS}
     assert SCENARIOS, "no scenarios shipped"
     assert SLOW <= names, sorted(SLOW - names)
+    assert ON_RAY <= names and not ON_RAY & SLOW, sorted(ON_RAY - names)
 
 
 @pytest.mark.parametrize(("path", "backend"), _params())

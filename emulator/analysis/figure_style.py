@@ -3,7 +3,10 @@ black and white, units and short legend labels, and the legend's layout and savi
 from __future__ import annotations
 
 import functools
+import os
 import re
+from contextlib import contextmanager
+from contextvars import ContextVar
 from pathlib import Path
 
 from matplotlib import rc_context
@@ -227,13 +230,53 @@ def _legend(fig: Figure, handles: list, texts: list[str]) -> None:
     fig.legend(handles, wrapped, loc="outside lower center", ncols=columns, frameon=False)
 
 
+# Every figure is PNG (report.md shows it) and, for papers, PDF and SVG. Writing all three is two thirds of
+# a report's time; `emulator report --formats png` (or EMULATOR_FIGURE_FORMATS=png, which sweeps' reports
+# follow too) writes PNG only.
+FIGURE_FORMATS = ("png", "pdf", "svg")
+FORMATS_VARIABLE = "EMULATOR_FIGURE_FORMATS"
+_chosen: ContextVar[tuple[str, ...] | None] = ContextVar("figure_formats", default=None)
+
+
+def parse_formats(text: str, where: str) -> tuple[str, ...]:
+    """`png,pdf` -> ('png', 'pdf'); PNG always included (the report shows it); unknown names refused."""
+    names = tuple(dict.fromkeys(name.strip().lower() for name in text.split(",") if name.strip()))
+    unknown = [name for name in names if name not in FIGURE_FORMATS]
+    if unknown or "png" not in names:
+        raise ValueError(f"{where}: {text!r}: give a comma-separated list of {', '.join(FIGURE_FORMATS)} that "
+                         "includes png (report.md shows the PNG), e.g. png or png,pdf,svg")
+    return names
+
+
+def figure_formats() -> tuple[str, ...]:
+    chosen = _chosen.get()
+    if chosen is not None:
+        return chosen
+    if os.environ.get(FORMATS_VARIABLE):
+        return parse_formats(os.environ[FORMATS_VARIABLE], FORMATS_VARIABLE)
+    return FIGURE_FORMATS
+
+
+@contextmanager
+def writing_formats(formats: tuple[str, ...] | None):
+    """Figures drawn inside write `formats` (None: as set by the environment, else all three)."""
+    token = _chosen.set(formats)
+    try:
+        yield
+    finally:
+        _chosen.reset(token)
+
+
 def _save(fig: Figure, path: str | Path) -> Path:
-    """Write `fig` as PNG (to `path`), PDF and SVG beside it; return the PNG's path."""
+    """Write `fig` as PNG (to `path`) and the other chosen formats beside it; return the PNG's path."""
     path = Path(path).with_suffix(".png")
+    formats = figure_formats()
     with rc_context(STYLE):
         fig.savefig(path, dpi=PNG_DPI, metadata={"Software": None})
-        fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None, "Creator": None, "Producer": None})
-        fig.savefig(path.with_suffix(".svg"), metadata={"Date": None, "Creator": None})
+        if "pdf" in formats:
+            fig.savefig(path.with_suffix(".pdf"), metadata={"CreationDate": None, "Creator": None, "Producer": None})
+        if "svg" in formats:
+            fig.savefig(path.with_suffix(".svg"), metadata={"Date": None, "Creator": None})
     return path
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pandas as pd
 
 from emulator.analysis import plots
+from emulator.analysis.figure_style import figure_formats, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, load_runs, select_runs
 
@@ -110,10 +111,22 @@ def _notes(table: pd.DataFrame, selection) -> list[str]:
 
 
 def write_report(run_paths, out: str | Path, target: float | None = None, last: int = 5,
-                 title: str = "Run report", figure_width: str = "two-column") -> Path:
+                 title: str = "Run report", figure_width: str = "two-column",
+                 formats: tuple[str, ...] | None = None) -> Path:
     """Load the runs, draw every figure, and write out/report.md (and out/summary.csv).
 
-    Figures are PNG, PDF and SVG, `figure_width` wide: "two-column" (7 in) or "one-column" (3.3 in)."""
+    Figures are `figure_width` wide: "two-column" (7 in) or "one-column" (3.3 in), in `formats` (PNG, and
+    PDF and SVG for papers; None: EMULATOR_FIGURE_FORMATS, else all three)."""
+    try:
+        formats = formats if formats is not None else figure_formats()
+    except ValueError as exc:
+        raise NotARunError(str(exc)) from None
+    with writing_formats(formats):
+        return _write_report(run_paths, out, target, last, title, figure_width)
+
+
+def _write_report(run_paths, out: str | Path, target: float | None, last: int, title: str,
+                  figure_width: str) -> Path:
     if target is not None and not 0 < target <= 1:
         raise NotARunError(f"target {target}: not a test accuracy; give a fraction in (0, 1], such as 0.8")
     if last < 1:
@@ -160,8 +173,9 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
     lines += _notes(table, selection)
     for heading, path in figures:
         if path is not None:
-            lines += [f"## {heading}", "", f"![{heading}]({path.name})", "",
-                      f"For a paper: [{path.stem}.pdf]({path.stem}.pdf), [{path.stem}.svg]({path.stem}.svg).", ""]
+            lines += [f"## {heading}", "", f"![{heading}]({path.name})", ""]
+            papers = [f"[{path.stem}.{kind}]({path.stem}.{kind})" for kind in figure_formats() if kind != "png"]
+            lines += [f"For a paper: {', '.join(papers)}.", ""] if papers else []
     lines += plots.legend_key(groups)
     lines += ["## Runs", ""]
     for label, members in groups.items():

@@ -7,6 +7,7 @@ becomes one metrics row. The server never writes files: the driver does, so resu
 from __future__ import annotations
 
 import math
+import pickle
 
 import numpy as np
 import ray
@@ -56,10 +57,14 @@ class FederatedServer:
     def ping(self) -> bool:
         return True
 
-    def setup(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None) -> None:
+    def setup(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None,
+              validated: bytes | None = None) -> None:
+        """`validated`: the driver's Scenario, pickled. Taken as it is, not validated again here: this process
+        may run elsewhere (a warm instance started in another directory, another node), where a check of a
+        relative path, a plugin's or ours, would look in the wrong place."""
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
-        load_parts(scenario.get("plugins", []))  # before validating: plugins register the names it uses
-        self.scenario = Scenario.model_validate(scenario)
+        load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
+        self.scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
         self.context_box = context_box
         context = unbox(context_box)
         self.run_key = context.key
