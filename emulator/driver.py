@@ -31,6 +31,7 @@ from emulator.data.federation import Federation
 from emulator.parts import load_scenario
 from emulator.parts.plugins import innermost, module_files
 from emulator.recording import checkpoint as checkpoints
+from emulator.recording import health
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline
@@ -426,7 +427,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                "resumed_from_round": resumed_from}
     if scenario.plugins:  # where the plugins came from, so that a resume finds them again
         summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
-    for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at"):
+    for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at", "stopped_at_round"):
         summary.pop(stale, None)
     columns = server.call("get_columns")
     clock_offset = float(before[-1]["wall_time_s"]) if before else 0.0
@@ -452,10 +453,17 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                 continue
             if len(recorder.rows) > furthest:  # progress past every earlier death: the restarts start counting again
                 furthest, restarts = len(recorder.rows), 0
+            verdict = health.judge_round(recorder.rows, scenario.stop.diverged, scenario.stop.no_progress_rounds)
+            if verdict is not None:
+                break
             if stop is not None and stop.is_set():
                 raise RunInterrupted(stop.signum)
+        else:
+            verdict = health.judge_run(recorder.rows)
         summary.update(gpu_share.memory_summary(pool.memory()))
-        summary["status"] = "completed"
+        summary["status"] = "completed" if verdict is None else verdict.status
+        if verdict is not None:  # a run that went wrong says so: its own status, the round, what to try
+            summary.update(error=verdict.message, stopped_at_round=verdict.round)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         full = isinstance(exc, OSError) and exc.errno in NO_SPACE
