@@ -14,6 +14,7 @@ disk stops the run cleanly so that it can be resumed once space is freed.
 from __future__ import annotations
 
 import platform
+import re
 import sys
 import threading
 import time
@@ -29,7 +30,7 @@ from emulator.data import build_federation
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
 from emulator.parts import load_scenario
-from emulator.parts.plugins import innermost, module_files
+from emulator.parts.plugins import innermost, module_files, users_paths
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording import health
 from emulator.recording.recorder import Recorder, stamp
@@ -473,8 +474,8 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
             raise OutputError(f"{recorder.path}: the disk is full ({exc.strerror}); every finished round is "
                               f"kept. Free some space, then continue with: emulator run --resume "
                               f"{recorder.path}") from None
-        if not interrupted:
-            summary["error"] = f"{type(exc).__name__}: {exc}"
+        if not interrupted:  # as plain text: Ray colours its tracebacks for a terminal
+            summary["error"] = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(exc).__name__}: {exc}")
             held = int(previous.get("rounds_completed") or 0)
             if resumed_from is not None and previous and len(recorder.rows) <= held:
                 # a resume that failed before getting past the rounds the summary held: it keeps what it
@@ -512,7 +513,7 @@ def _remote(ref):
     except ray.exceptions.RayTaskError as exc:
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
-            raise type(inner)(str(inner)) from None
+            raise type(inner)(users_paths(str(inner))) from None
         raise
 
 
@@ -524,7 +525,7 @@ def _prepare(pool: RunnerPool, run_key: str, context_box: list, gpu_trial=None) 
     except ray.exceptions.RayTaskError as exc:
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
-            raise type(inner)(str(inner)) from None
+            raise type(inner)(users_paths(str(inner))) from None
         raise
 
 
