@@ -30,6 +30,7 @@ import yaml
 # start-up speed: `import emulator` and `emulator.load(...)` of a finished run do not pay for them.
 from emulator.parts import scenario_from
 from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, with_plugins
+from emulator.scenario.yaml_text import load_yaml_text
 
 __all__ = ["run", "load", "sweep", "resume", "shutdown", "Run", "Sweep", "ScenarioError"]
 
@@ -430,7 +431,7 @@ def _point(overrides: list[str]) -> dict:
     point = {}
     for text in overrides:
         key, _, value = text.partition("=")
-        point[key] = yaml.safe_load(value)
+        point[key] = load_yaml_text(value, f"--grid {key}")  # as the sweep read it (1e-3 is a number)
     return point
 
 

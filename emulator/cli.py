@@ -14,6 +14,9 @@ from emulator.errors import ScenarioError
 # refused scenario answer before torch and Ray are imported.
 
 EXIT_OK, EXIT_FAILED, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 1, 2, 130
+# A run that ran to its end but went wrong (emulator/recording/health.py): its own code, as its own status.
+EXIT_DIVERGED, EXIT_NO_PROGRESS = 3, 4
+RUN_STATUS_EXIT = {"completed": EXIT_OK, "diverged": EXIT_DIVERGED, "no_progress": EXIT_NO_PROGRESS}
 
 
 def _accuracy(text: str) -> float:
@@ -198,7 +201,9 @@ def _run(args) -> int:
     if args.profile_startup:  # seconds from this process's start (phases may overlap: data loads while Ray starts)
         print(f"start-up profile ({scenario.runtime.backend} backend; seconds from the process's start):\n"
               f"{profile.table()}", file=sys.stderr)
-    return EXIT_OK
+    if summary["status"] != "completed":
+        print(f"error: {summary.get('error', summary['status'])}", file=sys.stderr)
+    return RUN_STATUS_EXIT.get(summary["status"], EXIT_FAILED)
 
 
 def _warm(args) -> int:

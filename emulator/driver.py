@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pickle
 import platform
+import re
 import sys
 import threading
 import time
@@ -30,8 +31,9 @@ from emulator.data import build_federation
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
 from emulator.parts import load_scenario
-from emulator.parts.plugins import innermost, module_files
+from emulator.parts.plugins import innermost, module_files, users_paths
 from emulator.recording import checkpoint as checkpoints
+from emulator.recording import health
 from emulator.recording.recorder import Recorder, stamp
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline
@@ -427,7 +429,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                "resumed_from_round": resumed_from}
     if scenario.plugins:  # where the plugins came from, so that a resume finds them again
         summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
-    for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at"):
+    for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at", "stopped_at_round"):
         summary.pop(stale, None)
     columns = server.call("get_columns")
     clock_offset = float(before[-1]["wall_time_s"]) if before else 0.0
@@ -453,10 +455,17 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
                 continue
             if len(recorder.rows) > furthest:  # progress past every earlier death: the restarts start counting again
                 furthest, restarts = len(recorder.rows), 0
+            verdict = health.judge_round(recorder.rows, scenario.stop.diverged, scenario.stop.no_progress_rounds)
+            if verdict is not None:
+                break
             if stop is not None and stop.is_set():
                 raise RunInterrupted(stop.signum)
+        else:
+            verdict = health.judge_run(recorder.rows)
         summary.update(gpu_share.memory_summary(pool.memory()))
-        summary["status"] = "completed"
+        summary["status"] = "completed" if verdict is None else verdict.status
+        if verdict is not None:  # a run that went wrong says so: its own status, the round, what to try
+            summary.update(error=verdict.message, stopped_at_round=verdict.round)
     except BaseException as exc:
         interrupted = isinstance(exc, KeyboardInterrupt)
         full = isinstance(exc, OSError) and exc.errno in NO_SPACE
@@ -466,8 +475,8 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
             raise OutputError(f"{recorder.path}: the disk is full ({exc.strerror}); every finished round is "
                               f"kept. Free some space, then continue with: emulator run --resume "
                               f"{recorder.path}") from None
-        if not interrupted:
-            summary["error"] = f"{type(exc).__name__}: {exc}"
+        if not interrupted:  # as plain text: Ray colours its tracebacks for a terminal
+            summary["error"] = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(exc).__name__}: {exc}")
             held = int(previous.get("rounds_completed") or 0)
             if resumed_from is not None and previous and len(recorder.rows) <= held:
                 # a resume that failed before getting past the rounds the summary held: it keeps what it
@@ -505,7 +514,7 @@ def _remote(ref):
     except ray.exceptions.RayTaskError as exc:
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
-            raise type(inner)(str(inner)) from None
+            raise type(inner)(users_paths(str(inner))) from None
         raise
 
 
@@ -517,7 +526,7 @@ def _prepare(pool: RunnerPool, run_key: str, context_box: list, gpu_trial=None) 
     except ray.exceptions.RayTaskError as exc:
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
-            raise type(inner)(str(inner)) from None
+            raise type(inner)(users_paths(str(inner))) from None
         raise
 
 

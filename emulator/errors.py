@@ -2,6 +2,81 @@
 the schema or anything above it. The CLI prints them as one line and exits with code 2."""
 from __future__ import annotations
 
+import inspect
+import traceback
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
 
 class ScenarioError(ValueError):
     """Bad input: every line names a field (its YAML path) and what would fix it."""
+
+
+class PluginError(ScenarioError):
+    """A plugin could not be used: it failed to import, registered a taken name, or one of its hooks failed."""
+
+
+# ---------------------------------------------------------------------------- a plugin's code failing
+# Here, on the ground floor, because every layer that calls a user's code guards it: the server (algorithm
+# hooks), the runners (models), the simulated world (availability models).
+_OURS = str(Path(__file__).resolve().parent)
+
+
+def innermost(exc: BaseException) -> BaseException:
+    """The exception under Ray's task-error wrappers (a runner's error reaches the driver through two)."""
+    seen = 0
+    while hasattr(exc, "cause") and getattr(exc, "cause") is not None and seen < 8:
+        exc, seen = exc.cause, seen + 1
+    return exc
+
+
+def is_plugin(origin: str) -> bool:
+    return not (origin == "emulator" or origin.startswith("emulator."))
+
+
+def failure(exc: BaseException, code: Any = None) -> str:
+    """`Type: message (file:line)` at the user's own line: the innermost frame outside the emulator and the
+    import machinery; for a SyntaxError, the line the parser names; when the user's code never ran (called
+    with the wrong arguments: the frame is ours), where `code` (the function called) is defined."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f"SyntaxError: {exc.msg} ({exc.filename}:{exc.lineno})"
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if not f.filename.startswith((_OURS, "<frozen"))]
+    if frames:
+        at = f" ({frames[-1].filename}:{frames[-1].lineno})"
+    elif code is not None and _defined_at(code):
+        at = f" (calling {_defined_at(code)}: are its parameters the ones the docs give?)" \
+            if isinstance(exc, TypeError) else f" ({_defined_at(code)})"
+    else:
+        frames = traceback.extract_tb(exc.__traceback__)
+        at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
+    return f"{type(exc).__name__}: {exc}{at}"
+
+
+def _defined_at(code: Any) -> str | None:
+    function = inspect.unwrap(getattr(code, "__func__", code))
+    try:
+        return f"{inspect.getsourcefile(function)}:{function.__code__.co_firstlineno}"
+    except (TypeError, AttributeError):
+        return None
+
+
+@contextmanager
+def guard(origin: str, part: str, hook: str, code: Any = None):
+    """Turn an exception from a plugin's code into a PluginError naming the plugin, the hook, the user's own
+    file and line and the fix (exit 2, no Ray traceback); our own parts' errors pass through untouched.
+    `code`: the plugin's function being called, named when the failure is in calling it."""
+    try:
+        yield
+    except Exception as exc:
+        inner = innermost(exc)
+        if isinstance(inner, ScenarioError):
+            raise type(inner)(str(inner)) from None
+        if not is_plugin(origin):
+            raise
+        # chained to the plugin's own exception: in process (runtime.backend: inline) its traceback, down to
+        # the plugin's line, is there for a debugger (python -m pdb) or a notebook's %debug
+        raise PluginError(f"plugin {origin}: {part}'s {hook} raised {failure(inner, code)}; fix the plugin, then "
+                          "run again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
+                          ) from inner

@@ -48,6 +48,7 @@ from emulator.scenario import (
                                ServerOptimizerSettings,
                                Strict,
 )
+from emulator.scenario.base import Count, Fraction, PositiveFloat
 from emulator.system.availability import AvailabilityModel
 from emulator.training.local import LocalTraining, TrainStats
 
@@ -56,7 +57,7 @@ __all__ = [
     "register_availability", "register_server_optimizer",
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
-    "ArrayDataset", "Strict", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
+    "ArrayDataset", "Strict", "Count", "Fraction", "PositiveFloat", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
     "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ServerOptimizerSettings", "ServerOptimizer",
     "ScenarioError",
 ]

@@ -21,6 +21,14 @@ from emulator.parts import load_scenario
 from emulator.scenario import Scenario, ScenarioError, parse_override
 
 
+# Fields the sweep sets on every run itself: a grid over them would be overwritten (the run's name is its
+# grid point and seed; its directory is OUT/NAME). `seed` is not here: a grid over seeds is honoured.
+SWEEP_SETS = {
+    "name": "the sweep names each run after its grid point and seed; give the base name with --set name=...",
+    "output.dir": "every run of a sweep writes under the sweep's directory; choose it with --out",
+}
+
+
 @dataclass
 class SweepRun:
     name: str
@@ -72,21 +80,28 @@ def plan_sweep(path: str | Path, overrides: list[str], grid: list[tuple[str, lis
     """Every (grid point, seed) as a validated scenario with its own name and run directory."""
     if seeds < 1:
         raise ScenarioError(f"--seeds {seeds}: at least 1")
+    for key, _ in grid:
+        if key in SWEEP_SETS:
+            raise ScenarioError(f"--grid {key}=...: {SWEEP_SETS[key]}")
     base = load_scenario(path, overrides, plugins)
     runs = []
     keys = [key for key, _ in grid]
     for values in itertools.product(*[vals for _, vals in grid]) if grid else [()]:
         point = [f"{k}={v}" for k, v in zip(keys, values)]
-        label = "-".join([base.name] + [_tag(k, v) for k, v in zip(keys, values)])
+        # a grid over `seed` is an experiment over seeds: each point's seeds start at its own value
+        first_seed = load_scenario(path, overrides + point, plugins).seed if "seed" in keys else base.seed
+        label = "-".join([base.name] + [_tag(k, v) for k, v in zip(keys, values) if k != "seed"])
         for s in range(seeds):
-            seed = base.seed + s
+            seed = first_seed + s
             name = f"{label}-seed{seed}"
             scenario = load_scenario(path, overrides + point + [f"seed={seed}", f"name={name}"], plugins)
             runs.append(SweepRun(name, point, scenario, out / name))
     names = [r.name for r in runs]
     if len(set(names)) != len(names):
-        raise ScenarioError("--grid: two grid points give the same run name; make the values differ in letters or "
-                            "digits")
+        twice = sorted({n for n in names if names.count(n) > 1})
+        raise ScenarioError(f"--grid: two runs would have the same name ({', '.join(twice[:3])}): grid values that "
+                            "differ only in punctuation, or seeds that overlap (a seed grid with --seeds > 1: "
+                            "space the seeds at least --seeds apart)")
     return runs
 
 
@@ -97,6 +112,8 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
     from emulator.driver import run_scenario
     from emulator.runtime.cluster import ray_session
 
+    if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
+        raise ScenarioError(f"parallel={parallel!r}: the number of runs in flight at once, at least 1")
     in_process = [r for r in runs if r.scenario.runtime.backend == "inline"]
     if in_process and parallel > 1:  # they share this process's torch state (seeds, threads): one at a time
         print(f"note: runtime.backend inline: the sweep's runs go one at a time in this process (not {parallel} "
@@ -107,12 +124,14 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
     with ray_session(address) if len(in_process) < len(runs) else nullcontext():
         def one(run: SweepRun) -> SweepRun:
             try:
-                run_scenario(run.scenario, run.path)
+                summary = run_scenario(run.scenario, run.path).summary
+                if summary["status"] != "completed":  # diverged, no progress: it ran, and went wrong
+                    run.error = f"{summary['status']}: {summary.get('error', '')}"
             except Exception as exc:  # keep going: one broken run must not lose the others
                 run.error = f"{type(exc).__name__}: {exc}"
             return run
 
-        with ThreadPoolExecutor(max_workers=max(1, parallel)) as pool:
+        with ThreadPoolExecutor(max_workers=parallel) as pool:
             futures = [pool.submit(one, run) for run in runs]
             for future in as_completed(futures):
                 run = future.result()

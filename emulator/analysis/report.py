@@ -132,6 +132,11 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
     if last < 1:
         raise NotARunError(f"last {last}: the final accuracy is the mean of the last N >= 1 evaluations")
     out = Path(out)
+    if out.is_dir() and not (out / "report.md").exists() and any(out.iterdir()):
+        held = sorted(entry.name for entry in out.iterdir())
+        raise NotARunError(f"--out {out}: this directory holds files that are not a report ({', '.join(held[:3])}"
+                           f"{' ...' if len(held) > 3 else ''}); a report writes into a new or empty directory, or "
+                           f"over an earlier report: choose e.g. --out {out / 'report'}")
     out.mkdir(parents=True, exist_ok=True)
     runs = load_runs(run_paths)
     selection = select_runs(runs)

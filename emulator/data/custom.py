@@ -180,7 +180,15 @@ def _features(x: np.ndarray, which: str) -> np.ndarray:
                             "images or integer token ids)")
     if x.dtype == np.uint8 or x.dtype.kind in "iu" and x.ndim == 2:
         return np.ascontiguousarray(x)  # images (scaled to [0, 1] when trained on), or token ids for an embedding
-    return np.ascontiguousarray(x, dtype=np.float32)
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    bad = ~np.isfinite(x)
+    if bad.any():  # a NaN feature trains the model to NaN: refused here, not discovered rounds later
+        first = np.argwhere(bad)[0]
+        where = f"sample {first[0]}, " + (f"column {first[1]}" if x.ndim == 2 else f"position {tuple(int(i) for i in first[1:])}")
+        raise ScenarioError(f"data=: {which} inputs hold {int(bad.sum()):,} value(s) that are not finite numbers (NaN "
+                            f"or infinite, or too large for float32), the first at {where}; drop or impute them "
+                            "before handing the data over")
+    return x
 
 
 def _labels(y: np.ndarray, which: str, n: int) -> np.ndarray:

@@ -10,26 +10,21 @@ the actors' runtime_env (`py_modules`), so it runs on a cluster whose nodes neve
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 import sysconfig
-import traceback
-from contextlib import contextmanager
 from importlib import metadata
 from pathlib import Path
 
 import numpy as np
 
 from emulator.algorithms.base import RoundPlan
-from emulator.errors import ScenarioError
+from emulator.errors import PluginError, ScenarioError, failure, guard, innermost, is_plugin
 from emulator.registry import RegistryError
 from emulator.training.local import LocalTraining
 
 ENTRY_POINT_GROUP = "fl_emulator.plugins"
 _ENTRY_POINTS_LOADED = False
-
-
-class PluginError(ScenarioError):
-    """A plugin could not be used: it failed to import, registered a taken name, or one of its hooks failed."""
 
 
 def load_builtins() -> None:
@@ -53,7 +48,7 @@ def load_entry_points() -> None:
             if callable(loaded) and not isinstance(loaded, type(sys)):
                 loaded()
         except Exception as exc:  # a broken installed plugin names itself instead of breaking every run
-            raise PluginError(f"{where}: failed to load: {_cause(exc)}; fix or uninstall that package") from None
+            raise PluginError(f"{where}: failed to load: {failure(exc)}; fix or uninstall that package") from None
 
 
 def load_plugins(modules: list[str] | tuple[str, ...], search: list[Path] | tuple[Path, ...] = ()) -> None:
@@ -75,9 +70,9 @@ def load_plugins(modules: list[str] | tuple[str, ...], search: list[Path] | tupl
                 looked = ", ".join(str(p) for p in search) or "sys.path"
                 raise PluginError(f"plugins: no module {name!r} (looked beside the scenario and in {looked}, then "
                                   "on sys.path); put it there, install its package, or fix the name") from None
-            raise PluginError(f"plugin {name}: failed to import: {_cause(exc)}") from None
+            raise PluginError(f"plugin {name}: failed to import: {failure(exc)}") from None
         except Exception as exc:
-            raise PluginError(f"plugin {name}: failed to import: {_cause(exc)}") from None
+            raise PluginError(f"plugin {name}: failed to import: {failure(exc)}") from None
 
 
 def module_files(modules: list[str]) -> dict[str, str]:
@@ -99,50 +94,31 @@ def module_files(modules: list[str]) -> dict[str, str]:
     return files
 
 
+# Ray ships a plugin that is not installed to the workers as a copy (runtime_env py_modules); an error raised
+# there names the copy. The driver imported the same module from the user's file: name that instead.
+_SHIPPED = re.compile(r"(?:/[^\s():]+)?/runtime_resources/py_modules_files/_ray_pkg_[0-9a-f]+/(?P<rel>[^\s():]+)")
+
+
+def users_paths(message: str) -> str:
+    """`message` with each path into Ray's copy of a plugin replaced by the user's own file."""
+    def original(match: re.Match) -> str:
+        rel = Path(match["rel"])
+        top = rel.parts[0].removesuffix(".py")
+        module = sys.modules.get(top)
+        file = getattr(module, "__file__", None)
+        if file is None:
+            return match[0]
+        root = Path(file).parent if Path(file).name == "__init__.py" else Path(file)
+        return str(root.parent / rel) if root.name == rel.parts[0] else match[0]
+
+    return _SHIPPED.sub(original, message)
+
+
 def _search(paths) -> None:
     """Put the plugin's directories on the path (for good: a plugin may import its siblings later)."""
     for path in reversed([str(Path(p).resolve()) for p in paths]):
         if path not in sys.path:
             sys.path.insert(0, path)
-
-
-def _cause(exc: BaseException) -> str:
-    """`Type: message (file:line)` of the innermost frame, which is where the plugin's own code failed."""
-    frames = traceback.extract_tb(exc.__traceback__)
-    at = f" ({frames[-1].filename}:{frames[-1].lineno})" if frames else ""
-    return f"{type(exc).__name__}: {exc}{at}"
-
-
-# ------------------------------------------------------------------------------ a plugin's hooks at run time
-def is_plugin(origin: str) -> bool:
-    return not (origin == "emulator" or origin.startswith("emulator."))
-
-
-@contextmanager
-def guard(origin: str, part: str, hook: str):
-    """Turn an exception from a plugin's code into a PluginError naming the plugin, the hook and the fix
-    (exit 2, no Ray traceback); our own parts' errors pass through untouched."""
-    try:
-        yield
-    except Exception as exc:
-        inner = innermost(exc)
-        if isinstance(inner, ScenarioError):
-            raise type(inner)(str(inner)) from None
-        if not is_plugin(origin):
-            raise
-        # chained to the plugin's own exception: in process (runtime.backend: inline) its traceback, down to
-        # the plugin's line, is there for a debugger (python -m pdb) or a notebook's %debug
-        raise PluginError(f"plugin {origin}: {part}'s {hook} raised {_cause(inner)}; fix the plugin, then run "
-                          "again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
-                          ) from inner
-
-
-def innermost(exc: BaseException) -> BaseException:
-    """The exception under Ray's task-error wrappers (a runner's error reaches the driver through two)."""
-    seen = 0
-    while hasattr(exc, "cause") and getattr(exc, "cause") is not None and seen < 8:
-        exc, seen = exc.cause, seen + 1
-    return exc
 
 
 class GuardedAlgorithm:
@@ -159,7 +135,7 @@ class GuardedAlgorithm:
             return value
 
         def call(*args, **kwargs):
-            with guard(self._origin, self._part, name):
+            with guard(self._origin, self._part, name, code=value):
                 result = value(*args, **kwargs)
             self._check(name, result)
             return result

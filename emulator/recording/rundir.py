@@ -122,10 +122,20 @@ class RunDirectory:
 
     @staticmethod
     def check_free(scenario: Scenario, out: str | Path | None) -> None:
-        """Refuse, before anything starts, a directory that already holds a run: nothing is overwritten."""
-        if out is not None and (Path(out) / "metrics.csv").exists():
+        """Refuse, before anything starts, a directory that is not new or empty: a run directory is the
+        emulator's alone, so nothing in it was written by anyone else and nothing of theirs is overwritten
+        (a user's hand-written scenario.yaml, an earlier run)."""
+        if out is None or not Path(out).is_dir():
+            return
+        if (Path(out) / "metrics.csv").exists():
             raise ScenarioError(f"--out {out}: this directory already holds a run (metrics.csv); choose another "
                                 "directory, leave --out unset for a fresh one, or continue it with --resume")
+        held = sorted(entry.name for entry in Path(out).iterdir() if entry.name != ".lock")
+        if held:
+            shown = ", ".join(held[:3]) + (f" and {len(held) - 3} more" if len(held) > 3 else "")
+            raise ScenarioError(f"--out {out}: this directory already holds files ({shown}); a run writes only into "
+                                f"a new or empty directory, so that nothing of yours is overwritten: choose e.g. "
+                                f"--out {Path(out) / 'run'}, or leave --out unset for a fresh one")
 
     @classmethod
     def create(cls, scenario: Scenario, out: str | Path | None = None, header: str = "") -> "RunDirectory":

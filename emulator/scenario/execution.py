@@ -46,6 +46,13 @@ class EvaluationConfig(Strict):
     batch_size: int = Field(1024, gt=0)
 
 
+class StopConfig(Strict):
+    """When a run ends before its last round because going on would only waste time; it then ends with its
+    own status and exit code (docs/scenarios.md, "How a run ends")."""
+    diverged: bool = True  # a training or test loss that is not finite: the model is lost
+    no_progress_rounds: int = Field(20, ge=0)  # device rounds in a row that aggregate no report (0: never stop)
+
+
 class OutputConfig(Strict):
     dir: str = "runs"
     checkpoint_every: int = Field(10, ge=0)  # rounds between checkpoints (0: only at the end)

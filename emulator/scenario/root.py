@@ -10,7 +10,7 @@ from pydantic import Field, model_validator
 from emulator.registry import ALGORITHMS, DATASETS, MODELS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 from emulator.scenario.data import DataConfig, ModelConfig
-from emulator.scenario.execution import EvaluationConfig, OutputConfig, RuntimeConfig
+from emulator.scenario.execution import EvaluationConfig, OutputConfig, RuntimeConfig, StopConfig
 from emulator.scenario.population import TYPE_BEHAVIOURS, PopulationConfig, SystemConfig
 from emulator.scenario.training import AlgorithmConfig, AsynchronousTraining
 from emulator.scenario.uplink import Compression, NoCompression, PrivacyConfig, SecureAggregationConfig
@@ -29,6 +29,7 @@ class Scenario(Strict):
     runtime: RuntimeConfig = RuntimeConfig()
     evaluation: EvaluationConfig = EvaluationConfig()
     output: OutputConfig = OutputConfig()
+    stop: StopConfig = StopConfig()
     privacy: Optional[PrivacyConfig] = None  # client-level DP (None: off)
     compression: Compression = NoCompression()  # what a device's upload is encoded as
     secure_aggregation: Optional[SecureAggregationConfig] = None  # SecAgg's cost (None: plain uploads)

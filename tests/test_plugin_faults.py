@@ -1,0 +1,117 @@
+"""A broken plugin is one line naming the plugin, what failed and the user's own file and line: exit 2, never
+a traceback, for every kind of part (issue 26). Algorithms' and models' hooks: test_plugins.py; here the
+availability models (which run inside the simulated clock), wrong signatures and syntax errors.
+
+Each case is a plugin module written beside its scenario; runs are in process (runtime.backend: inline)
+except one on the session's Ray instance, where the error crosses an actor boundary.
+"""
+from __future__ import annotations
+
+import textwrap
+
+import pytest
+import yaml
+
+from conftest import small_scenario
+from emulator.cli import main
+
+HEADER = """\
+import numpy as np
+from typing import Literal
+from emulator.extend import AvailabilityModel, AvailabilitySettings, register_availability
+"""
+
+
+def plugin_run(tmp_path, module: str, body: str, kind: str, backend: str = "inline", rounds: int = 2):
+    (tmp_path / f"{module}.py").write_text(HEADER + textwrap.dedent(body))
+    raw = small_scenario(rounds=rounds, plugins=[module], **{"runtime.backend": backend})
+    raw["population"]["availability"] = [{"kind": kind}]
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(raw))
+    return str(path), str(tmp_path / "run")
+
+
+def line_of(tmp_path, module: str, text: str) -> int:
+    lines = (tmp_path / f"{module}.py").read_text().splitlines()
+    return next(i for i, line in enumerate(lines, 1) if text in line)
+
+
+@pytest.mark.parametrize("backend", ["inline", "ray"])
+def test_an_availability_model_that_raises_is_one_line_naming_its_line(backend, tmp_path, capsys, request):
+    if backend == "ray":
+        request.getfixturevalue("ray_session")
+    module = f"flaky_{backend}"
+    path, out = plugin_run(tmp_path, module, f"""
+        class FlakySettings(AvailabilitySettings):
+            kind: Literal["flaky_{backend}"] = "flaky_{backend}"
+
+        class Flaky(AvailabilityModel):
+            def online(self, local, t):
+                raise RuntimeError("the charging sensor is unplugged")
+            def next_offline(self, local, t):
+                return np.full(len(local), np.inf)
+            def next_online(self, local, t):
+                return np.full(len(local), float(t))
+
+        register_availability("flaky_{backend}", lambda entry, members, rng, key, world: Flaky(members),
+                              config=FlakySettings)
+    """, f"flaky_{backend}", backend)
+    assert main(["run", path, "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    where = f"{tmp_path / module}.py:{line_of(tmp_path, module, 'raise RuntimeError')}"
+    assert f"plugin {module}: availability model 'flaky_{backend}''s online raised RuntimeError: the charging " \
+           f"sensor is unplugged ({where})" in err, err
+    assert "Traceback" not in err and "RayTaskError" not in err and len(err.strip().splitlines()) <= 2, err
+
+
+def test_a_builder_with_the_wrong_signature_names_where_it_is_defined(tmp_path, capsys):
+    module = "twoargs"
+    path, out = plugin_run(tmp_path, module, """
+        class TwoSettings(AvailabilitySettings):
+            kind: Literal["twoargs"] = "twoargs"
+
+        def build_two(entry, members):  # the builder takes (entry, members, rng, key, world)
+            return None
+
+        register_availability("twoargs", build_two, config=TwoSettings)
+    """, "twoargs")
+    assert main(["run", path, "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "availability model 'twoargs''s builder raised TypeError" in err
+    assert f"calling {tmp_path / module}.py:{line_of(tmp_path, module, 'def build_two')}" in err, err
+
+
+@pytest.mark.parametrize(("answer", "says"), [
+    ("np.full(len(local) + 1, np.inf)", "an array of shape"),
+    ("np.full(len(local), t - 10.0)", "a time before t"),
+    ("'soon'", "return a numpy array of float64"),
+])
+def test_an_availability_model_that_answers_wrongly_is_refused_saying_what_to_return(answer, says, tmp_path, capsys):
+    module = f"wrong_{abs(hash(answer)) % 10 ** 6}"
+    path, out = plugin_run(tmp_path, module, f"""
+        class WrongSettings(AvailabilitySettings):
+            kind: Literal["{module}"] = "{module}"
+
+        class Wrong(AvailabilityModel):
+            def online(self, local, t):
+                return np.ones(len(local), dtype=bool)
+            def next_offline(self, local, t):
+                return {answer}
+            def next_online(self, local, t):
+                return np.full(len(local), float(t))
+
+        register_availability("{module}", lambda entry, members, rng, key, world: Wrong(members),
+                              config=WrongSettings)
+    """, module)
+    assert main(["run", path, "--out", out, "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"availability model '{module}''s next_offline returned" in err and says in err, err
+
+
+def test_a_plugin_with_a_syntax_error_names_its_file_and_line(tmp_path, capsys):
+    (tmp_path / "broken_syntax.py").write_text("x = 1\ndef f(:\n    pass\n")
+    raw = small_scenario(rounds=1, plugins=["broken_syntax"])
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["validate", str(tmp_path / "s.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert f"({tmp_path / 'broken_syntax.py'}:2)" in err and "frozen" not in err, err
