@@ -106,7 +106,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    from emulator.recording.rundir import OutputError
+    from emulator.errors import MachineError
     from emulator.runtime.interrupts import RunInterrupted
 
     try:
@@ -122,8 +122,13 @@ def main(argv: list[str] | None = None) -> int:
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    except OutputError as exc:
+    except MachineError as exc:  # the disk, Ray's start: one line, whatever was written is kept
         print(f"error: {exc}", file=sys.stderr)
+        return EXIT_FAILED
+    except MemoryError:
+        print("error: out of memory: this scenario needs more than the machine has; lower population.devices or "
+              "the data (data.synthetic.max_samples, data.test_samples), or run on a larger machine "
+              "(every finished round is kept in the run directory)", file=sys.stderr)
         return EXIT_FAILED
     except KeyboardInterrupt as exc:
         signal_name = f" ({exc})" if isinstance(exc, RunInterrupted) else ""

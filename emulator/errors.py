@@ -80,3 +80,8 @@ def guard(origin: str, part: str, hook: str, code: Any = None):
         raise PluginError(f"plugin {origin}: {part}'s {hook} raised {failure(inner, code)}; fix the plugin, then "
                           "run again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
                           ) from inner
+
+
+class MachineError(RuntimeError):
+    """Not the input but the machine: Ray could not start, memory or disk ran out. The CLI prints it as one
+    line and exits with code 1; nothing already written is lost."""

@@ -1,6 +1,7 @@
 """A broken plugin is one line naming the plugin, what failed and the user's own file and line: exit 2, never
 a traceback, for every kind of part (issue 26). Algorithms' and models' hooks: test_plugins.py; here the
-availability models (which run inside the simulated clock), wrong signatures and syntax errors.
+availability models (which run inside the simulated clock), wrong signatures and syntax errors; and the
+machine itself failing under a run (Ray unable to start).
 
 Each case is a plugin module written beside its scenario; runs are in process (runtime.backend: inline)
 except one on the session's Ray instance, where the error crosses an actor boundary.
@@ -115,3 +116,21 @@ def test_a_plugin_with_a_syntax_error_names_its_file_and_line(tmp_path, capsys):
     assert main(["validate", str(tmp_path / "s.yaml")]) == 2
     err = capsys.readouterr().err
     assert f"({tmp_path / 'broken_syntax.py'}:2)" in err and "frozen" not in err, err
+
+
+def test_ray_failing_to_start_is_one_line_naming_the_machine_and_the_way_around(tmp_path):
+    """In a fresh process (this one's Ray is running already): Ray's session directory cannot be made."""
+    import os
+    import subprocess
+    import sys
+
+    (tmp_path / "blocker").write_text("a file where Ray wants a directory")
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(rounds=1, **{"runtime.backend": "ray"})))
+    env = {**os.environ, "RAY_TMPDIR": str(tmp_path / "blocker" / "ray")}
+    env.pop("RAY_ADDRESS", None)
+    done = subprocess.run([sys.executable, "-m", "emulator", "run", str(path), "--out", str(tmp_path / "run"),
+                           "--quiet"], capture_output=True, text=True, env=env, timeout=180)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.startswith("error: Ray could not start on this machine (NotADirectoryError") and \
+        "--set runtime.backend=inline" in done.stderr and "Traceback" not in done.stderr, done.stderr

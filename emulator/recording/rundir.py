@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
+from emulator.errors import MachineError
 from emulator.scenario import Scenario, ScenarioError, dump_scenario
 
 
@@ -32,7 +33,7 @@ def default_run_dir(scenario: Scenario) -> Path:
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 
 
-class OutputError(RuntimeError):
+class OutputError(MachineError):
     """The run directory cannot be written (disk full, permissions): the run stops cleanly."""
 
 

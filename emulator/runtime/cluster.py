@@ -10,6 +10,7 @@ from pathlib import Path
 
 import ray
 
+from emulator.errors import MachineError
 from emulator.runtime import warm_state
 from emulator.scenario import ScenarioError
 
@@ -111,9 +112,12 @@ def ray_session(address: str | None = None):
     try:
         ray.init(address=target, include_dashboard=False, logging_level=logging.WARNING, log_to_driver=True,
                  configure_logging=True, **options)
-    except (ConnectionError, TimeoutError, ValueError) as exc:
-        if address is None:
-            raise
+    except Exception as exc:
+        if address is None:  # a local start that failed: the machine (disk, limits, ports), named in one line
+            reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise MachineError(f"Ray could not start on this machine ({type(exc).__name__}: {reason}). Check the "
+                               "free space and limits where Ray writes its session (df -h /tmp; ulimit -f, ulimit "
+                               "-n), or run without Ray: --set runtime.backend=inline") from None
         raise ScenarioError(f"runtime.address: cannot reach a Ray cluster at {address!r} ({exc}). Start one with "
                             "`ray start --head` (see docs/cluster.md), check the address, or leave it unset to run "
                             "locally") from None
