@@ -10,7 +10,8 @@ from emulator.algorithms.selection import Uniform
 from emulator.scenario import ScenarioError
 from emulator.parts import validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
-from emulator.system.availability import AvailabilityMix, read_trace
+from emulator.system.availability import read_trace
+from emulator.system.availability_mix import AvailabilityMix
 
 MODEL_BYTES = 1_000_000
 

@@ -17,7 +17,7 @@ from emulator.cli import main
 from emulator.scenario import ScenarioError
 from emulator.parts import load_scenario, validate_scenario
 from emulator.system import CohortRequest, SimulatedSystem
-from emulator.system.availability import AvailabilityMix
+from emulator.system.availability_mix import AvailabilityMix
 from emulator.algorithms.selection import Uniform
 from emulator.system.profiles import DeviceProfiles
 from emulator.system.traces import TraceWarning, read_availability, read_capacity

@@ -26,7 +26,9 @@ FORMAT = "fl-emulator-checkpoint/1"
 CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"
 
 # Fields that say how or where a run executes, not what it computes.
-NOT_RESULTS = ("name", "rounds", "runtime", "output")
+# `stop` decides when a run ends early, not what its rounds compute: a resume may change it (to keep a
+# diverged run going), and two runs differing only there are one experiment.
+NOT_RESULTS = ("name", "rounds", "runtime", "output", "stop")
 NOT_RESULTS_DATA = ("root", "download")
 # Sections that, switched off, leave a scenario's identity as it was before they existed (fingerprints,
 # `emulator report`'s experiment keys): their values when off.

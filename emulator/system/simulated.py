@@ -29,7 +29,7 @@ import simpy
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.seeding import rng
 from emulator.system.accounting import compute_seconds, transfer_seconds
-from emulator.system.availability import AvailabilityMix
+from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.profiles import DeviceProfiles
 from emulator.system.ties import World

@@ -1,0 +1,174 @@
+"""The population's availability: every device answers to one model (ours or a plugin's) by the scenario's
+shares and ties, and a plugin's model is guarded, so the clock gets answers it can use or the user one line
+naming their own code."""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.errors import PluginError, guard, is_plugin
+from emulator.registry import AVAILABILITY
+from emulator.seeding import assign_by_share, rng
+from emulator.system.availability import AvailabilityModel, Diurnal, Never, Trace
+from emulator.system.ties import KEEP, entry_index
+
+
+class AvailabilityMix:
+    """The population's availability: each device belongs to one model, by the scenario's shares."""
+
+    def __init__(self, entries, num_devices: int, seed: int, world=None):
+        self.num_devices = num_devices
+        if len(entries) == 1:
+            self.group = np.zeros(num_devices, dtype=np.uint8)
+        else:
+            self.group = assign_by_share([e.share for e in entries], num_devices, rng(seed, "availability-groups"))
+        tied = None if world is None else world.values(
+            "availability", np.arange(num_devices), lambda v: entry_index(entries, v, "availability", "entry"))
+        if tied is not None:  # the entry each device belongs to follows its data: the shares follow the groups
+            self.group = np.where(tied != KEEP, tied, self.group).astype(self.group.dtype)
+        # each device's index within its group (one entry: the device id itself, so nothing is stored)
+        self._local = np.zeros(num_devices, dtype=np.int64) if len(entries) > 1 else None
+        self.models: list[AvailabilityModel] = []
+        for g, entry in enumerate(entries):
+            members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
+            if self._local is not None:
+                self._local[members] = np.arange(len(members))
+            self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g, world))
+
+    @property
+    def local(self) -> np.ndarray:
+        """Each device's index within its group's model."""
+        return np.arange(self.num_devices) if self._local is None else self._local
+
+    def state(self) -> list[dict]:
+        return [model.state() for model in self.models]
+
+    def load_state(self, state: list[dict]) -> None:
+        for model, saved in zip(self.models, state):
+            model.load_state(saved)
+
+    def timezone_h(self) -> np.ndarray | None:
+        """Each device's time zone in hours from UTC (NaN outside diurnal entries); None without any."""
+        diurnal = [m for m in self.models if isinstance(m, Diurnal)]
+        if not diurnal:
+            return None
+        out = np.full(self.num_devices, np.nan)
+        for model in diurnal:
+            out[model.members] = model.zone_s / 3600.0
+        return out
+
+    def label_of(self, devices: np.ndarray, entries) -> np.ndarray:
+        """Each device's availability entry: its name where the scenario gives one, else its kind."""
+        labels = np.array([entry.name or model.kind for entry, model in zip(entries, self.models)])
+        return labels[self.group[devices]]
+
+    def trace_device(self) -> np.ndarray | None:
+        """Which trace device each device replays (-1 outside trace entries); None without any."""
+        traces = [m for m in self.models if isinstance(m, Trace)]
+        if not traces:
+            return None
+        out = np.full(self.num_devices, -1, dtype=np.int64)
+        for model in traces:
+            out[model.members] = model.trace_device
+        return out
+
+    def kind_of(self, devices: np.ndarray) -> np.ndarray:
+        kinds = np.array([m.kind for m in self.models])
+        return kinds[self.group[devices]]
+
+    def online_devices(self, t: float) -> np.ndarray:
+        """Global ids of every device online at t (group by group, in id order within a group)."""
+        if self._local is None:  # one entry: its members are the ids 0..n-1 (faster than gathering them)
+            model = self.models[0]
+            return np.zeros(0, np.int64) if isinstance(model, Never) else np.flatnonzero(model.online_all(t))
+        parts = [m.members[m.online_all(t)] for m in self.models if not isinstance(m, Never)]
+        return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+    def _dispatch(self, method: str, devices: np.ndarray, t: float, dtype) -> np.ndarray:
+        devices = np.asarray(devices, dtype=np.int64)
+        if len(self.models) == 1:
+            return getattr(self.models[0], method)(devices, t)
+        out = np.empty(len(devices), dtype=dtype)
+        groups = self.group[devices]
+        for g, model in enumerate(self.models):
+            mask = groups == g
+            if mask.any():
+                out[mask] = getattr(model, method)(self._local[devices[mask]], t)
+        return out
+
+    def online(self, devices, t):
+        return self._dispatch("online", devices, t, bool)
+
+    def next_offline(self, devices, t):
+        return self._dispatch("next_offline", devices, t, np.float64)
+
+    def next_online(self, devices, t):
+        return self._dispatch("next_online", devices, t, np.float64)
+
+
+def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
+    """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's; a plugin's is
+    guarded)."""
+    registered = AVAILABILITY.get(entry.kind)
+    if not is_plugin(registered.origin):
+        return registered.build(entry, members, stream, key, world)
+    part = f"availability model {entry.kind!r}"
+    with guard(registered.origin, part, "builder", code=registered.build):
+        model = registered.build(entry, members, stream, key, world)
+    if not isinstance(model, AvailabilityModel):
+        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(model).__name__}; return an "
+                          "emulator.extend.AvailabilityModel (docs/extending.md)")
+    return GuardedAvailability(model, registered.origin, part)
+
+
+class GuardedAvailability(AvailabilityModel):
+    """A plugin's availability model as the clock sees it: every call guarded (an exception names the plugin,
+    the method and the plugin's own file and line: exit 2, never a Ray traceback) and every answer checked
+    against what the clock needs (one value per device asked about; times not in the past)."""
+
+    def __init__(self, model: AvailabilityModel, origin: str, part: str):
+        super().__init__(model.members)
+        self.kind = model.kind
+        self._model, self._origin, self._part = model, origin, part
+
+    def _call(self, method: str, *args):
+        function = getattr(self._model, method)
+        with guard(self._origin, self._part, method, code=function):
+            return function(*args)
+
+    def _bad(self, method: str, what: str, fix: str):
+        raise PluginError(f"plugin {self._origin}: {self._part}'s {method} returned {what}; {fix}")
+
+    def _answer(self, method: str, local, t: float, dtype) -> np.ndarray:
+        raw = self._call(method, t) if method == "online_all" else self._call(method, local, t)
+        try:
+            answer = np.asarray(raw, dtype=dtype)
+        except (TypeError, ValueError):
+            self._bad(method, type(raw).__name__, f"return a numpy array of {dtype.__name__}, one per device asked")
+        if answer.shape != (len(local),):
+            self._bad(method, f"an array of shape {answer.shape} for {len(local)} devices",
+                      "return one value per device asked about, in the order given")
+        if dtype is np.float64:
+            if np.isnan(answer).any():
+                self._bad(method, "NaN times", "return a time in seconds, or inf for never")
+            if (answer < t - 1e-9).any():
+                self._bad(method, f"a time before t = {t:g}", "return a time at or after t (t itself for now)")
+        return answer
+
+    def online(self, local, t):
+        return self._answer("online", local, t, bool)
+
+    def online_all(self, t):
+        own = type(self._model).online_all is not AvailabilityModel.online_all  # else: online() for all, named so
+        return self._answer("online_all" if own else "online", np.arange(len(self.members)), t, bool)
+
+    def next_offline(self, local, t):
+        return self._answer("next_offline", local, t, np.float64)
+
+    def next_online(self, local, t):
+        return self._answer("next_online", local, t, np.float64)
+
+    def state(self) -> dict:
+        return self._call("state")
+
+    def load_state(self, state: dict) -> None:
+        self._call("load_state", state)
