@@ -222,3 +222,32 @@ def test_user_data_with_a_nan_feature_is_refused_naming_where(tmp_path):
     with pytest.raises(ScenarioError, match=r"1 value\(s\) that are not finite .* sample 7, column 2"):
         emulator.run(small_scenario(rounds=1), data=((x, y), (x[:10], y[:10])), devices=6, out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
+
+
+# ------------------------------------------------------------------------ sizes past the machine
+def test_a_population_that_cannot_fit_in_memory_is_refused_before_anything_is_allocated(tmp_path, capsys):
+    path = scenario_file(tmp_path, **{"population.devices": 100_000_000_000})
+    assert main(["run", path, "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "population.devices: 100,000,000,000 devices need at least" in err and "devices fit here" in err
+    assert not (tmp_path / "run").exists()
+
+
+def test_the_per_device_memory_bound_is_below_what_a_device_really_costs():
+    """The refusal above must never refuse a population that fits: a real world costs more a device."""
+    import tracemalloc
+
+    from emulator.data import build_federation
+    from emulator.parts import validate_scenario
+    from emulator.system.availability_mix import AvailabilityMix
+    from emulator.system.checks import BYTES_PER_DEVICE
+
+    scenario = validate_scenario(small_scenario(**{"population.devices": 4000,
+                                                   "data.synthetic.max_samples": 20}))
+    tracemalloc.start()
+    federation = build_federation(scenario.data, 4000, scenario.seed, scenario.population.types)
+    world = AvailabilityMix(scenario.population.availability, 4000, scenario.seed)
+    held, _ = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    assert federation.num_devices == 4000 and world.num_devices == 4000
+    assert held / 4000 > BYTES_PER_DEVICE, held / 4000

@@ -79,3 +79,22 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
         raise ScenarioError(f"{source}: population.network.assign: {network.assign!r}, but population.compute "
                             f"reads the same file with assign {compute.assign!r}; a device plays one row of a "
                             "capacity file for both, so give both the same assign")
+
+
+# The least a device costs in memory before any of its data: its profile (speed, link), availability state,
+# ledger counters, label counts and partition bounds, a few dozen 8-byte values. A lower bound (the world
+# and data of a small synthetic population take several times more each, tests/test_honest.py), so that
+# only a population that cannot fit is refused.
+BYTES_PER_DEVICE = 100
+
+
+def population_fits(devices: int, memory_bytes: int) -> str | None:
+    """Why `devices` cannot fit in `memory_bytes` of memory, or None: checked before anything is allocated,
+    instead of an out-of-memory crash after the first allocation."""
+    needed = devices * BYTES_PER_DEVICE
+    if needed <= memory_bytes:
+        return None
+    return (f"population.devices: {devices:,} devices need at least {needed / 2 ** 30:,.1f} GiB for their state "
+            f"alone (about {BYTES_PER_DEVICE} bytes each, before any data), and this machine has "
+            f"{memory_bytes / 2 ** 30:,.1f} GiB: at most about {memory_bytes // BYTES_PER_DEVICE:,} devices fit here; "
+            "lower population.devices or run on a larger machine")
