@@ -7,16 +7,20 @@
 
 The fields are found by walking the validated scenarios (every section, every list item), so a new field is
 covered without editing this file. Validation only: no run, well under a second an example.
+
+And a fuzzer (issue 26): random mappings of the schema's own keys and hostile values, on top of a valid
+name and rounds, must be refused with a ScenarioError or accepted; nothing else may escape.
 """
 from __future__ import annotations
 
 import math
+import os
 import typing
 from typing import Any
 
 import annotated_types
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from pydantic import BaseModel
 
@@ -159,3 +163,49 @@ def test_setting_every_field_to_the_value_it_holds_is_accepted_and_changes_nothi
         base = load_scenario(ROOT / "scenarios" / name)
         again = load_scenario(ROOT / "scenarios" / name, [f"{path}={_yaml(value)}"])
         assert again.model_dump(mode="json") == base.model_dump(mode="json"), path
+
+
+# ----------------------------------------------------------------- fuzzing: only ScenarioError escapes
+def _keys() -> list[str]:
+    """Every key the schema knows (at any depth), and a few it does not: fuzzed mappings mostly reach real
+    sections and fields, so the values get past the first 'unknown key'."""
+    names: set[str] = set()
+
+    def walk(model: type[BaseModel]) -> None:
+        for name, field in model.model_fields.items():
+            names.add(name)
+            for arg in [field.annotation, *typing.get_args(field.annotation)]:
+                for inner in [arg, *typing.get_args(arg)]:
+                    if isinstance(inner, type) and issubclass(inner, BaseModel) and inner.__name__ not in seen:
+                        seen.add(inner.__name__)
+                        walk(inner)
+
+    seen: set[str] = set()
+    walk(type(load_scenario(ROOT / "scenarios" / "quickstart.yaml")))
+    return sorted(names) + ["kind", "name", "share", "bogus", ""]
+
+
+SCALARS = st.one_of(st.none(), st.booleans(), st.integers(-10 ** 12, 10 ** 12), st.text(max_size=12),
+                    st.floats(allow_nan=True, allow_infinity=True), st.sampled_from(
+                        ["fedavg", "fast", "safari", "markov", "diurnal", "always", "dirichlet", "mlp", "synthetic",
+                         "inline", "ray", "bf16", "1e-3", "-1", "0", ".inf"]))
+TREES = st.recursive(SCALARS, lambda children: st.one_of(
+    st.lists(children, max_size=4), st.dictionaries(st.sampled_from(_keys()), children, max_size=5)), max_leaves=25)
+
+
+# 300 examples in make test (a few seconds); EMULATOR_FUZZ_EXAMPLES=20000 for a longer run by hand.
+@settings(max_examples=int(os.environ.get("EMULATOR_FUZZ_EXAMPLES", 300)), deadline=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(sections=st.dictionaries(st.sampled_from(_keys()), TREES, max_size=6))
+def test_a_fuzzed_scenario_is_refused_with_a_scenario_error_or_accepted(sections):
+    """Whatever mapping arrives (on top of a valid name and rounds), validation raises ScenarioError or
+    returns a Scenario: no other exception escapes to the user as a traceback."""
+    from emulator.parts import validate_scenario
+
+    raw = {"name": "fuzz", "rounds": 2, **sections}
+    try:
+        validate_scenario(raw)
+        event("accepted")
+    except ScenarioError as refused:
+        assert str(refused).strip()
+        event("refused")

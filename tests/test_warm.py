@@ -17,6 +17,8 @@ import textwrap
 import pytest
 
 from conftest import comparable, small_scenario
+from emulator.driver import run_scenario
+from emulator.parts import validate_scenario
 from emulator.runtime import warm
 
 EMULATOR = [sys.executable, "-m", "emulator"]
@@ -32,7 +34,9 @@ def _runners(address: str, env: dict) -> list[tuple[int, list]]:
     """(pid, runs held) of each warm runner, asked from another driver."""
     code = textwrap.dedent(f"""
         import json, ray
-        from emulator.runtime import warm
+        from emulator.driver import run_scenario
+from emulator.parts import validate_scenario
+from emulator.runtime import warm
         from emulator.runtime.cluster import configure_token_auth
         configure_token_auth("local")  # the token the instance was started with (~/.ray/auth_token)
         ray.init(address={address!r}, logging_level="ERROR")
@@ -55,8 +59,9 @@ def warm_env(tmp_path, monkeypatch):
 def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp_path, warm_env):
     for seed in (1, 2):
         (tmp_path / f"s{seed}.yaml").write_text(json.dumps(small_scenario(seed=seed, **{"runtime.runners": 1, "runtime.backend": "ray"})))
-    cold_env = {**warm_env, "EMULATOR_WARM_STATE": str(tmp_path / "none.json")}
-    _cli(["run", "s1.yaml", "--out", "cold", "--quiet"], cold_env, tmp_path)
+    # the cold reference in this process (the in-process backend gives a Ray run's metrics bit for bit,
+    # test_inline.py); the run after `down` below is a cold Ray run of its own
+    run_scenario(validate_scenario(small_scenario(seed=1, **{"runtime.runners": 1})), tmp_path / "cold")
 
     up = _cli(["up", "--runners", "1"], warm_env, tmp_path)
     assert "warm instance up at" in up.stdout
