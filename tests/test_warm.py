@@ -34,9 +34,7 @@ def _runners(address: str, env: dict) -> list[tuple[int, list]]:
     """(pid, runs held) of each warm runner, asked from another driver."""
     code = textwrap.dedent(f"""
         import json, ray
-        from emulator.driver import run_scenario
-from emulator.parts import validate_scenario
-from emulator.runtime import warm
+        from emulator.runtime import warm
         from emulator.runtime.cluster import configure_token_auth
         configure_token_auth("local")  # the token the instance was started with (~/.ray/auth_token)
         ray.init(address={address!r}, logging_level="ERROR")
