@@ -13,7 +13,6 @@ disk stops the run cleanly so that it can be resumed once space is freed.
 """
 from __future__ import annotations
 
-import os
 import pickle
 import platform
 import re
@@ -47,7 +46,7 @@ from emulator.runtime.server import FederatedServer, ServerActor
 from emulator.runtime.startup import StartupProfile
 from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import torch_seed
-from emulator.system.checks import population_fits
+from emulator.system.checks import machine_memory, population_fits
 from emulator.system.ties import check_world
 from emulator.training import precision
 
@@ -85,19 +84,11 @@ def run_scenario(scenario: Scenario, out: str | Path | None = None,
     every finished round. `profile` collects the start-up phases' timings (emulator run --profile-startup)."""
     check_writable(out, scenario.output.dir)  # before Ray starts: a bad path costs nothing
     RunDirectory.check_free(scenario, out)     # an existing run is never touched
-    too_big = population_fits(scenario.population.devices, _machine_memory())
+    too_big = population_fits(scenario.population.devices, machine_memory())
     if too_big:
         raise ScenarioError(too_big)
     start = _Start(out=out, data_source=data_source, summary=_data_summary(data_source))
     return _execute(scenario, start, on_round, federation, stop, notify or _to_stderr, profile)
-
-
-def _machine_memory() -> int:
-    """This machine's physical memory in bytes (what the driver's process could ever hold)."""
-    try:
-        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (ValueError, OSError, AttributeError):
-        return 2 ** 62  # unknown: nothing is refused
 
 
 def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,

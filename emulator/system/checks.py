@@ -3,6 +3,7 @@ behaviour tied to data (population.ties and .types). The schema only describes; 
 these right after it (emulator/parts/loading.py), before anything runs."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import numpy as np
@@ -98,3 +99,11 @@ def population_fits(devices: int, memory_bytes: int) -> str | None:
             f"alone (about {BYTES_PER_DEVICE} bytes each, before any data), and this machine has "
             f"{memory_bytes / 2 ** 30:,.1f} GiB: at most about {memory_bytes // BYTES_PER_DEVICE:,} devices fit here; "
             "lower population.devices or run on a larger machine")
+
+
+def machine_memory() -> int:
+    """This machine's physical memory in bytes (what the driver's process could ever hold)."""
+    try:
+        return os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return 2 ** 62  # unknown: nothing is refused
