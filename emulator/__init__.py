@@ -1,7 +1,8 @@
 """A cross-device federated learning emulator: real training on Ray, simulated wall-clock time.
 
 The Python API (emulator/api.py, docs/api.md): `emulator.run`, `emulator.load`, `emulator.sweep`,
-`emulator.resume`, `emulator.shutdown`, the results `Run` and `Sweep`, and `ScenarioError` for bad input.
+`emulator.resume`, `emulator.shutdown`, the results `Run` and `Sweep`, `ScenarioError` for bad input (`PluginError` for a plugin's code
+failing) and `MachineError` for the machine failing under a run.
 They are imported on first use, so `import emulator` (and the command line) stays fast."""
 import warnings
 
@@ -11,7 +12,8 @@ __version__ = "0.1.0"
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 _API = ("run", "load", "sweep", "resume", "shutdown", "Run", "Sweep")
-__all__ = [*_API, "ScenarioError", "RunInterrupted", "__version__"]
+_ERRORS = ("ScenarioError", "PluginError", "MachineError")  # emulator/errors.py: light, no torch or Ray
+__all__ = [*_API, *_ERRORS, "RunInterrupted", "__version__"]
 
 
 def __getattr__(name: str):
@@ -19,10 +21,10 @@ def __getattr__(name: str):
         from emulator import api
 
         return getattr(api, name)
-    if name == "ScenarioError":
-        from emulator.errors import ScenarioError
+    if name in _ERRORS:
+        from emulator import errors
 
-        return ScenarioError
+        return getattr(errors, name)
     if name == "RunInterrupted":
         from emulator.runtime.interrupts import RunInterrupted
 

@@ -134,3 +134,35 @@ def test_ray_failing_to_start_is_one_line_naming_the_machine_and_the_way_around(
     assert done.returncode == 1, done.stderr
     assert done.stderr.startswith("error: Ray could not start on this machine (NotADirectoryError") and \
         "--set runtime.backend=inline" in done.stderr and "Traceback" not in done.stderr, done.stderr
+
+
+PARTITION = """\
+import numpy as np
+from typing import Literal
+from emulator.extend import PartitionSettings, register_partition
+
+class {cls}(PartitionSettings):
+    scheme: Literal["{name}"] = "{name}"
+
+def split(labels, num_classes, devices, spec, rng):
+{body}
+
+register_partition("{name}", split, config={cls})
+"""
+
+
+@pytest.mark.parametrize(("name", "body", "says"), [
+    ("overlapping_split", "    return [np.arange(10)] * devices", "a sample given to two devices"),
+    ("short_split", "    return [np.arange(5)]", "1 parts for 40 devices"),
+    ("past_the_end", "    return [np.array([len(labels) + d]) for d in range(devices)]", "outside the"),
+    ("raising_split", "    raise KeyError(num_classes)", "'s split raised KeyError"),
+])
+def test_a_partition_plugin_that_splits_wrongly_is_refused(name, body, says, tmp_path, capsys):
+    (tmp_path / f"{name}.py").write_text(PARTITION.format(cls=name.title().replace("_", ""), name=name, body=body))
+    raw = small_scenario(rounds=1, plugins=[name], **{"data.partition": {"scheme": name}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"plugin {name}: partition '{name}''s split" in err and says in err and "Traceback" not in err, err
+    if name == "raising_split":
+        assert f"({tmp_path / name}.py:9)" in err, err

@@ -11,6 +11,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from emulator.errors import PluginError, guard, is_plugin
 from emulator.registry import PARTITIONS
 from emulator.scenario import PartitionSettings
 
@@ -342,5 +343,35 @@ def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np
 
 
 def partition(labels: np.ndarray, num_classes: int, devices: int, spec, rng: np.random.Generator) -> list[np.ndarray]:
-    """The split the scheme names (emulator.registry.PARTITIONS: ours or a plugin's)."""
-    return PARTITIONS.get(spec.scheme).build(labels, num_classes, devices, spec, rng)
+    """The split the scheme names (emulator.registry.PARTITIONS: ours or a plugin's; a plugin's is guarded
+    and its split checked, since a wrong one would train on data twice or index past the end silently)."""
+    entry = PARTITIONS.get(spec.scheme)
+    if not is_plugin(entry.origin):
+        return entry.build(labels, num_classes, devices, spec, rng)
+    part = f"partition {spec.scheme!r}"
+    with guard(entry.origin, part, "split", code=entry.build):
+        split = entry.build(labels, num_classes, devices, spec, rng)
+    return _checked_split(split, len(labels), devices, f"plugin {entry.origin}: {part}'s split returned")
+
+
+def _checked_split(split, samples: int, devices: int, said: str) -> list[np.ndarray]:
+    """One int array per device, every index in range, none given to two devices, none empty."""
+    if not isinstance(split, (list, tuple)) or len(split) != devices:
+        raise PluginError(f"{said} {len(split) if isinstance(split, (list, tuple)) else type(split).__name__} parts "
+                          f"for {devices} devices (data.partition); return a list of one index array per device")
+    arrays = [np.asarray(part) for part in split]
+    if any(a.ndim != 1 or (a.size and a.dtype.kind not in "iu") for a in arrays):
+        raise PluginError(f"{said} something other than 1-D integer index arrays (data.partition)")
+    arrays = [a.astype(np.int64) for a in arrays]
+    empty = [d for d, a in enumerate(arrays) if a.size == 0]
+    if empty:
+        raise PluginError(f"{said} no samples for {len(empty)} device(s), the first device {empty[0]} "
+                          "(data.partition); give every device at least one sample, or lower population.devices")
+    joined = np.concatenate(arrays)
+    if joined.min() < 0 or joined.max() >= samples:
+        raise PluginError(f"{said} index {int(joined.max() if joined.max() >= samples else joined.min())}, outside "
+                          f"the {samples} training samples (data.partition)")
+    if len(np.unique(joined)) != len(joined):
+        raise PluginError(f"{said} a sample given to two devices or twice to one (data.partition); each index at "
+                          "most once")
+    return arrays
