@@ -104,9 +104,9 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
         if entry is not None:
             raise ScenarioError(cli_refusal(run_dir, entry))
     for text in overrides or []:
-        if not (text.startswith("rounds=") or text.startswith("runtime.")):
-            raise ScenarioError(f"--resume with --set {text!r}: only rounds and runtime.* can change when resuming; "
-                                "start a new run for other changes")
+        if not text.startswith(("rounds=", "runtime.", "stop.")):
+            raise ScenarioError(f"--resume with --set {text!r}: only rounds, runtime.* and stop.* can change when "
+                                "resuming; start a new run for other changes")
     found = RunDirectory(run_dir).read_summary().get("plugin_paths") or []  # where its plugins were (see _loop)
     scenario = load_scenario(run_dir / "scenario.yaml", overrides or [], search=[Path(p) for p in found])
     if any(text.startswith("runtime") for text in overrides or []):
@@ -118,6 +118,10 @@ def resumable_scenario(run_dir: str | Path, overrides: list[str] | None = None,
                 raise ScenarioError(f"--resume with --set runtime.{key}={asked}: this run computes with "
                                     f"runtime.{key}={was}, which changes results, so it cannot change when resuming; "
                                     "start a new run for the other setting")
+        if (recorded.torch_threads or 1) != (scenario.runtime.torch_threads or 1):  # allowed, but said
+            _to_stderr(f"warning: --resume with runtime.torch_threads {recorded.torch_threads or 1} -> "
+                       f"{scenario.runtime.torch_threads or 1}: the rounds from here differ in the last bits from an "
+                       "uninterrupted run's (more than one thread splits sums differently; see docs/scenarios.md)")
     return scenario
 
 

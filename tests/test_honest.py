@@ -251,3 +251,21 @@ def test_the_per_device_memory_bound_is_below_what_a_device_really_costs():
     tracemalloc.stop()
     assert federation.num_devices == 4000 and world.num_devices == 4000
     assert held / 4000 > BYTES_PER_DEVICE, held / 4000
+
+
+def test_a_diverged_run_may_be_resumed_past_divergence_deliberately(tmp_path, capsys):
+    path = scenario_file(tmp_path, rounds=3, model="mlp", **{"algorithm.client_lr": 1e30,
+                                                             "output.checkpoint_every": 1})
+    assert main(["run", path, "--out", str(tmp_path / "run"), "--quiet"]) == 3
+    assert main(["run", "--resume", str(tmp_path / "run"), "--set", "stop.diverged=false", "--quiet"]) == 0
+    assert len(comparable(tmp_path / "run")) == 3
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+
+def test_a_resume_that_changes_the_thread_count_says_it_changes_the_numbers(tmp_path, capsys):
+    path = scenario_file(tmp_path, rounds=2)
+    assert main(["run", path, "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    capsys.readouterr()
+    assert main(["run", "--resume", str(tmp_path / "run"), "--set", "rounds=3", "--set", "runtime.torch_threads=2",
+                 "--quiet"]) == 0
+    assert "warning: --resume with runtime.torch_threads 1 -> 2" in capsys.readouterr().err
