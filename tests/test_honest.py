@@ -269,3 +269,10 @@ def test_a_resume_that_changes_the_thread_count_says_it_changes_the_numbers(tmp_
     assert main(["run", "--resume", str(tmp_path / "run"), "--set", "rounds=3", "--set", "runtime.torch_threads=2",
                  "--quiet"]) == 0
     assert "warning: --resume with runtime.torch_threads 1 -> 2" in capsys.readouterr().err
+
+
+def test_time_zones_that_the_types_would_always_override_are_refused(capsys):
+    latent = str(ROOT / "scenarios" / "worlds" / "latent_types.yaml")  # every type sets its timezone
+    assert main(["validate", latent, "--quiet"]) == 0
+    assert main(["validate", latent, "--quiet", "--set", "population.availability[0].timezones={offsets_h: [3]}"]) == 2
+    assert "every type in population.types sets its timezone" in capsys.readouterr().err

@@ -250,6 +250,7 @@ def check_ties(population) -> None:
             and compute.file == network.file:
         raise ScenarioFieldError(tied["network"] + ".sets", "compute and network come from one capacity file, "
                                  "whose rows are phones: a tie on compute moves the link with it; tie one of them")
+    _check_zones_used(population)
     for k, user_type in enumerate(population.types or []):
         for behaviour in TYPE_BEHAVIOURS:
             value = user_type.behaviour(behaviour)
@@ -261,6 +262,20 @@ def check_ties(population) -> None:
                                          "or in a tie, not both")
             _check_target(population, behaviour, kinds, needs_entry, where)
             _check_value(population, behaviour, value, where)
+
+
+def _check_zones_used(population) -> None:
+    """The rule between a diurnal entry's own time zones and zones given by type or tie: a device whose type
+    (or a tie's value for it) gives a zone takes that one; the entry's `timezones` apply to the devices left
+    without one. When every type gives one, no device is left, and time zones written in the entry would be
+    ignored without a word: refused. (A tie's groups may leave devices out, so its entries' zones may serve.)"""
+    if not population.types or any(t.timezone is None for t in population.types):
+        return
+    for i, entry in enumerate(population.availability):
+        if entry.kind == "diurnal" and "timezones" in entry.model_fields_set:
+            raise ScenarioFieldError(f"population.availability.{i}.timezones", "every type in population.types "
+                                     "sets its timezone, so these time zones would never be used; drop them (or "
+                                     "leave timezone out of a type, whose devices then draw from them)")
 
 
 def _check_target(population, behaviour, kinds, needs_entry, where) -> None:
