@@ -272,7 +272,7 @@ def _check_zones_used(population) -> None:
     if not population.types or any(t.timezone is None for t in population.types):
         return
     for i, entry in enumerate(population.availability):
-        if entry.kind == "diurnal" and "timezones" in entry.model_fields_set:
+        if entry.kind == "diurnal" and entry.timezones != type(entry.timezones)():  # the default (UTC) says nothing
             raise ScenarioFieldError(f"population.availability.{i}.timezones", "every type in population.types "
                                      "sets its timezone, so these time zones would never be used; drop them (or "
                                      "leave timezone out of a type, whose devices then draw from them)")
