@@ -265,11 +265,12 @@ def _sweep(args) -> int:
     if out.exists() and any(out.iterdir()):
         raise ScenarioError(f"--out {out}: the directory is not empty; choose a new one")
     runs = plan_sweep(args.scenario, overrides, grid, args.seeds, out, args.plugins)
-    if os.environ.get("EMULATOR_FIGURE_FORMATS"):  # the sweep's report follows it: refused now, not after the runs
-        try:
-            _figure_formats(os.environ["EMULATOR_FIGURE_FORMATS"])
-        except argparse.ArgumentTypeError as exc:
-            raise ScenarioError(str(exc).replace("--formats", "EMULATOR_FIGURE_FORMATS")) from None
+    from emulator.analysis.figure_style import figure_formats
+
+    try:  # EMULATOR_FIGURE_FORMATS, which the sweep's report follows: refused now, not after the runs
+        figure_formats()
+    except ValueError as exc:
+        raise ScenarioError(str(exc)) from None
     console = Console(stderr=True)
     console.print(f"sweep: {len(runs)} runs ({len(runs) // args.seeds} grid points x {args.seeds} seeds) -> {out}")
     with Progress(TextColumn("[bold]runs"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[last]}"),

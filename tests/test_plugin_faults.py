@@ -32,6 +32,26 @@ def plugin_run(tmp_path, module: str, body: str, kind: str, backend: str = "inli
     return str(path), str(tmp_path / "run")
 
 
+def availability_model(kind: str, online: str, next_offline: str = "np.full(len(local), np.inf)",
+                       next_online: str = "np.full(len(local), float(t))") -> str:
+    """A plugin's availability model `kind`, each method's body given (a `return` expression, or a statement)."""
+    body = lambda code: code if code.startswith("raise") else f"return {code}"  # noqa: E731
+    return f"""
+        class Settings(AvailabilitySettings):
+            kind: Literal["{kind}"] = "{kind}"
+
+        class Model(AvailabilityModel):
+            def online(self, local, t):
+                {body(online)}
+            def next_offline(self, local, t):
+                {body(next_offline)}
+            def next_online(self, local, t):
+                {body(next_online)}
+
+        register_availability("{kind}", lambda entry, members, rng, key, world: Model(members), config=Settings)
+    """
+
+
 def line_of(tmp_path, module: str, text: str) -> int:
     lines = (tmp_path / f"{module}.py").read_text().splitlines()
     return next(i for i, line in enumerate(lines, 1) if text in line)
@@ -42,21 +62,8 @@ def test_an_availability_model_that_raises_is_one_line_naming_its_line(backend, 
     if backend == "ray":
         request.getfixturevalue("ray_session")
     module = f"flaky_{backend}"
-    path, out = plugin_run(tmp_path, module, f"""
-        class FlakySettings(AvailabilitySettings):
-            kind: Literal["flaky_{backend}"] = "flaky_{backend}"
-
-        class Flaky(AvailabilityModel):
-            def online(self, local, t):
-                raise RuntimeError("the charging sensor is unplugged")
-            def next_offline(self, local, t):
-                return np.full(len(local), np.inf)
-            def next_online(self, local, t):
-                return np.full(len(local), float(t))
-
-        register_availability("flaky_{backend}", lambda entry, members, rng, key, world: Flaky(members),
-                              config=FlakySettings)
-    """, f"flaky_{backend}", backend)
+    source = availability_model(module, online='raise RuntimeError("the charging sensor is unplugged")')
+    path, out = plugin_run(tmp_path, module, source, module, backend)
     assert main(["run", path, "--out", out, "--quiet"]) == 2
     err = capsys.readouterr().err
     where = f"{tmp_path / module}.py:{line_of(tmp_path, module, 'raise RuntimeError')}"
@@ -89,21 +96,8 @@ def test_a_builder_with_the_wrong_signature_names_where_it_is_defined(tmp_path, 
 ])
 def test_an_availability_model_that_answers_wrongly_is_refused_saying_what_to_return(answer, says, tmp_path, capsys):
     module = f"wrong_{abs(hash(answer)) % 10 ** 6}"
-    path, out = plugin_run(tmp_path, module, f"""
-        class WrongSettings(AvailabilitySettings):
-            kind: Literal["{module}"] = "{module}"
-
-        class Wrong(AvailabilityModel):
-            def online(self, local, t):
-                return np.ones(len(local), dtype=bool)
-            def next_offline(self, local, t):
-                return {answer}
-            def next_online(self, local, t):
-                return np.full(len(local), float(t))
-
-        register_availability("{module}", lambda entry, members, rng, key, world: Wrong(members),
-                              config=WrongSettings)
-    """, module)
+    source = availability_model(module, online="np.ones(len(local), dtype=bool)", next_offline=answer)
+    path, out = plugin_run(tmp_path, module, source, module)
     assert main(["run", path, "--out", out, "--quiet"]) == 2
     err = capsys.readouterr().err
     assert f"availability model '{module}''s next_offline returned" in err and says in err, err

@@ -345,12 +345,11 @@ def partition_types(labels: np.ndarray, num_classes: int, types, device_type: np
 def partition(labels: np.ndarray, num_classes: int, devices: int, spec, rng: np.random.Generator) -> list[np.ndarray]:
     """The split the scheme names (emulator.registry.PARTITIONS: ours or a plugin's; a plugin's is guarded
     and its split checked, since a wrong one would train on data twice or index past the end silently)."""
-    entry = PARTITIONS.get(spec.scheme)
-    if not is_plugin(entry.origin):
-        return entry.build(labels, num_classes, devices, spec, rng)
-    part = f"partition {spec.scheme!r}"
-    with guard(entry.origin, part, "split", code=entry.build):
+    entry, part = PARTITIONS.get(spec.scheme), f"partition {spec.scheme!r}"
+    with guard(entry.origin, part, "split", code=entry.build):  # our own parts' errors pass through as they are
         split = entry.build(labels, num_classes, devices, spec, rng)
+    if not is_plugin(entry.origin):
+        return split
     return _checked_split(split, len(labels), devices, f"plugin {entry.origin}: {part}'s split returned")
 
 

@@ -65,7 +65,7 @@ def judge_round(rows: list[dict], stop_on_divergence: bool, no_progress_rounds: 
 
 def judge_run(rows: list[dict]) -> Verdict | None:
     """At the end of a run: did any round at all aggregate a report?"""
-    device_rounds = [progressed(row) for row in rows if progressed(row) is not None]
+    device_rounds = [made for made in map(progressed, rows) if made is not None]
     if device_rounds and not any(device_rounds):
         return Verdict(NO_PROGRESS, int(rows[-1]["round"]), _no_progress(len(device_rounds), int(rows[-1]["round"])))
     return None

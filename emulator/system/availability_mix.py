@@ -108,12 +108,11 @@ class AvailabilityMix:
 def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
     """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's; a plugin's is
     guarded)."""
-    registered = AVAILABILITY.get(entry.kind)
-    if not is_plugin(registered.origin):
-        return registered.build(entry, members, stream, key, world)
-    part = f"availability model {entry.kind!r}"
-    with guard(registered.origin, part, "builder", code=registered.build):
+    registered, part = AVAILABILITY.get(entry.kind), f"availability model {entry.kind!r}"
+    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
         model = registered.build(entry, members, stream, key, world)
+    if not is_plugin(registered.origin):
+        return model
     if not isinstance(model, AvailabilityModel):
         raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(model).__name__}; return an "
                           "emulator.extend.AvailabilityModel (docs/extending.md)")
