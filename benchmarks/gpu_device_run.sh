@@ -9,8 +9,8 @@
 #
 # papers: FAST's Table 2 Fashion-MNIST cells at alpha = 0.1 (uniform and Beta participation x FedAvg and
 # FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, many runs sharing the GPU through fractional
-# shares; every finished run's metrics.csv, summary.json and scenario.yaml come back in
-# $OUT/papers.tar.gz (commit them under results/gpu/, then `emulator report` rebuilds the tables).
+# shares; every run's metrics.csv, summary.json and scenario.yaml (an unfinished run's too: how far it
+# got) come back in $OUT/papers.tar.gz (commit them under results/gpu/, then `emulator report` rebuilds the tables).
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
@@ -62,17 +62,21 @@ for s in $steps; do
             --grid 'algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}' --grid algorithm.q=0,0.5 \
             --seeds ${PAPER_SEEDS:-3} --parallel $PAPER_PARALLEL --out "$OUT/runs-papers" $PAPER_ARGS
         python3 - "$OUT/runs-papers" "$OUT/papers.tar.gz" <<'PY'
-import json, sys, tarfile
+import csv, json, sys, tarfile
 from pathlib import Path
 root, done = Path(sys.argv[1]), 0
-with tarfile.open(sys.argv[2], "w:gz") as tar:
-    for summary in sorted(root.glob("*/summary.json")):
-        run = summary.parent
-        status = json.loads(summary.read_text()).get("status")
-        print(f"{run.name}: {status}, {json.loads(summary.read_text()).get('rounds_completed')} rounds")
-        if status == "completed":
-            done += 1
-            for name in ("metrics.csv", "summary.json", "scenario.yaml"):
+with tarfile.open(sys.argv[2], "w:gz") as tar:  # unfinished runs too: how far they got, and how fast
+    for metrics in sorted(root.glob("*/metrics.csv")):
+        run = metrics.parent
+        rows = list(csv.DictReader(metrics.open()))
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+        status = summary.get("status", "unfinished")
+        last = rows[-1] if rows else {}
+        print(f"{run.name}: {status}, {len(rows)} rows, round {last.get('round')}, "
+              f"wall {last.get('wall_time_s', last.get('wall_s'))}, test_acc {summary.get('final_test_acc')}")
+        done += status == "completed"
+        for name in ("metrics.csv", "summary.json", "scenario.yaml"):
+            if (run / name).exists():
                 tar.add(run / name, arcname=f"{run.name}/{name}")
 print(f"{done} finished runs in {sys.argv[2]}")
 PY
