@@ -5,7 +5,11 @@
 #
 #   OUT=gpu-out bash benchmarks/gpu_device_run.sh [steps...]
 #
-# steps (default: all but papers): info tests quickstart fast bench memory papers
+# steps (default: all but probe and papers): info tests quickstart fast bench memory probe papers
+#
+# probe: the papers sweep for a few rounds in each configuration of benchmarks/gpu_sweep_probe.py (one
+# device at a time or vectorised, with and without CUDA MPS); the fastest is written to $OUT/best.txt and
+# papers runs that way (else in PAPER_CONFIG, default base).
 #
 # papers: FAST's Table 2 Fashion-MNIST cells at alpha = 0.1 (uniform and Beta participation x FedAvg and
 # FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, many runs sharing the GPU through fractional
@@ -16,8 +20,7 @@ OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 steps=${*:-info tests quickstart fast bench memory}
-PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_SHARE=${PAPER_SHARE:-0.0833} PAPER_PARALLEL=${PAPER_PARALLEL:-12}
-BENCH_ARGS=${BENCH_ARGS:-} PAPER_ARGS=${PAPER_ARGS:-}
+PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_CONFIG=${PAPER_CONFIG:-base} BENCH_ARGS=${BENCH_ARGS:-}
 
 step() {  # step LIMIT_S NAME COMMAND...
     local limit=$1 name=$2
@@ -56,11 +59,13 @@ for s in $steps; do
     memory)
         TAIL=12 step 200 memory python3 benchmarks/gpu.py --shares 0.25 --workloads fast_cnn --precisions fp32 \
             --rounds 3 --memory-rounds ${MEMORY_ROUNDS:-100} ;;
+    probe)
+        TAIL=12 step ${PROBE_LIMIT:-330} probe python3 benchmarks/gpu_sweep_probe.py --rounds ${PROBE_ROUNDS:-10} \
+            --limit ${PROBE_CONFIG_LIMIT:-80} --best "$OUT/best.txt" ${PROBE_ARGS:-} ;;
     papers)
-        step ${PAPER_LIMIT:-480} papers python3 -m emulator sweep scenarios/papers/fast_fmnist.yaml --quiet \
-            --set rounds=$PAPER_ROUNDS --set runtime.num_gpus=$PAPER_SHARE --set runtime.num_cpus=0.5 \
-            --grid 'algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}' --grid algorithm.q=0,0.5 \
-            --seeds ${PAPER_SEEDS:-3} --parallel $PAPER_PARALLEL --out "$OUT/runs-papers" $PAPER_ARGS
+        [ -s "$OUT/best.txt" ] && PAPER_CONFIG=$OUT/best.txt
+        step ${PAPER_LIMIT:-480} papers python3 benchmarks/gpu_sweep_probe.py --papers "$OUT/runs-papers" \
+            --config "$PAPER_CONFIG" --rounds "$PAPER_ROUNDS" --limit $((${PAPER_LIMIT:-480} - 5))
         python3 - "$OUT/runs-papers" "$OUT/papers.tar.gz" <<'PY'
 import csv, json, sys, tarfile
 from pathlib import Path

@@ -1,0 +1,163 @@
+"""How fast a sweep of concurrent runs goes on one GPU, configuration by configuration.
+
+Issue 24's paper-scale step runs FAST's Fashion-MNIST cells (12 runs: 4 grid points x 3 seeds) as one
+sweep whose runs share the GPU's runners. Measured on an H100 (2026-11-26): 12 runs at once on 12 runners
+x 0.0833, one device at a time, took 3.56 s a round each (34 device updates a second in all), slower in
+total than one run alone on 4 runners x 0.25 (0.134 s a round, benchmarks/gpu.py). This probe runs the same
+sweep for a few rounds under each configuration below and prints seconds per round per run, rounds per
+second in all, and what 12 runs x 1000 rounds would take; `--best FILE` writes the fastest configuration's
+name for `gpu_device_run.sh papers` to use (`--papers OUT --config FILE` runs the sweep that way).
+
+Configurations (names for --configs):
+  base        the papers step as it was: parallel 12, runners x 0.0833, one device at a time
+  vec         the same, each run's cohort (10 devices) vectorised in one task (runtime.group_size 10)
+  mps         base under CUDA MPS (nvidia-cuda-mps-control -d): the runners' kernels run side by side
+              instead of time-sliced between processes
+  vec_mps     vec under MPS
+  four        parallel 4 on 4 runners x 0.25 (the benchmark's shape, runs sharing its runners)
+
+    python benchmarks/gpu_sweep_probe.py [--rounds 10] [--configs base vec mps vec_mps] [--best FILE]
+    python benchmarks/gpu_sweep_probe.py --papers OUT --config FILE_OR_NAME --rounds 1000 --limit SECONDS
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SCENARIO = "scenarios/papers/fast_fmnist.yaml"
+GRID = ["--grid", "algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}", "--grid", "algorithm.q=0,0.5"]
+CONFIGS = {  # name: (parallel, num_gpus per runner, extra --set values, needs MPS)
+    "base": (12, 0.0833, [], False),
+    "vec": (12, 0.0833, ["runtime.vectorise=true", "runtime.group_size=10"], False),
+    "mps": (12, 0.0833, [], True),
+    "vec_mps": (12, 0.0833, ["runtime.vectorise=true", "runtime.group_size=10"], True),
+    "four": (4, 0.25, [], False),
+}
+MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
+
+
+def sweep_args(name: str) -> list[str]:
+    """The sweep's own arguments for a configuration, after the scenario path (no rounds, no output)."""
+    parallel, share, sets, _ = CONFIGS[name]
+    args = ["--set", f"runtime.num_gpus={share}", "--set", "runtime.num_cpus=0.5", *GRID,
+            "--seeds", "3", "--parallel", str(parallel)]
+    for value in sets:
+        args += ["--set", value]
+    return args
+
+
+def start_mps() -> bool:
+    """Start the MPS control daemon; False (and why, printed) where the machine has none or refuses."""
+    if shutil.which("nvidia-cuda-mps-control") is None:
+        print("mps: nvidia-cuda-mps-control is not installed here", flush=True)
+        return False
+    for path in MPS_ENV.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ.update(MPS_ENV)
+    done = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"mps: the daemon did not start: {done.stderr.strip() or done.stdout.strip()}", flush=True)
+        return False
+    return True
+
+
+def stop_mps() -> None:
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, capture_output=True)
+    for key in MPS_ENV:
+        os.environ.pop(key, None)
+    time.sleep(1)
+
+
+def seconds_per_round(run_dir: Path) -> float | None:
+    """Mean wall seconds between rounds 2 and R-1 (no start-up, no final evaluation); None if too few."""
+    rows = list(csv.DictReader((run_dir / "metrics.csv").open())) if (run_dir / "metrics.csv").exists() else []
+    if len(rows) < 4:
+        return None
+    wall = [float(r["wall_time_s"]) for r in rows]
+    return (wall[-2] - wall[1]) / (len(wall) - 3)
+
+
+def probe(name: str, rounds: int, limit_s: float) -> dict:
+    needs_mps = CONFIGS[name][3]
+    if needs_mps and not start_mps():
+        return {"config": name, "error": "no MPS"}
+    out = Path(tempfile.mkdtemp(prefix=f"probe-{name}-"))
+    command = [sys.executable, "-m", "emulator", "sweep", SCENARIO, "--quiet", "--set", f"rounds={rounds}",
+               "--set", "output.tensorboard=false", *sweep_args(name), "--out", str(out / "sweep")]
+    started = time.time()
+    try:
+        done = subprocess.run(command, capture_output=True, text=True, timeout=limit_s)
+        error = None if done.returncode == 0 else (done.stderr.strip().splitlines() or ["?"])[-1][:200]
+    except subprocess.TimeoutExpired:
+        error = f"over {limit_s:.0f} s"
+    finally:
+        if needs_mps:
+            stop_mps()
+    took = time.time() - started
+    per_run = [s for s in (seconds_per_round(d) for d in (out / "sweep").glob("*/")) if s is not None]
+    shutil.rmtree(out, ignore_errors=True)
+    row = {"config": name, "runs": len(per_run), "wall_s": round(took, 1), "error": error}
+    if per_run:
+        mean = sum(per_run) / len(per_run)
+        row.update(s_per_round=round(mean, 3), rounds_per_s=round(len(per_run) / mean, 2),
+                   minutes_12x1000=round(12 * 1000 / (len(per_run) / mean) / 60, 1))
+    return row
+
+
+def run_papers(name: str, rounds: int, out: str, limit_s: float) -> int:
+    """The paper-scale sweep itself, in the given configuration (MPS started for it where it needs it)."""
+    needs_mps = CONFIGS[name][3]
+    if needs_mps and not start_mps():
+        name, needs_mps = name.replace("_mps", "") if name != "mps" else "base", False
+        print(f"papers: without MPS, as {name}", flush=True)
+    command = [sys.executable, "-m", "emulator", "sweep", SCENARIO, "--quiet", "--set", f"rounds={rounds}",
+               "--set", "output.tensorboard=false", *sweep_args(name), "--out", out]
+    print(f"papers: {name}: {' '.join(command[2:])}", flush=True)
+    try:
+        return subprocess.run(command, timeout=limit_s).returncode
+    except subprocess.TimeoutExpired:
+        print(f"papers: stopped after {limit_s:.0f} s", flush=True)
+        return 124
+    finally:
+        if needs_mps:
+            stop_mps()
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=10, help="rounds per run (>= 4; the last is excluded)")
+    parser.add_argument("--configs", nargs="+", default=["base", "vec", "mps", "vec_mps"], choices=list(CONFIGS))
+    parser.add_argument("--limit", type=float, default=150, help="seconds one configuration may take")
+    parser.add_argument("--best", help="write the fastest configuration's name here")
+    parser.add_argument("--papers", metavar="OUT", help="instead of probing, run the sweep into OUT in the "
+                        "configuration --config (a name, or a file --best wrote) for --rounds rounds")
+    parser.add_argument("--config", default="base")
+    args = parser.parse_args(argv)
+    if args.papers:
+        name = Path(args.config).read_text().strip() if Path(args.config).is_file() else args.config
+        return run_papers(name, args.rounds, args.papers, args.limit)
+    rows = []
+    print("| config | runs | s / round / run | rounds / s (all runs) | 12 x 1000 rounds (min) | probe wall (s) | error |")
+    print("|---|---|---|---|---|---|---|", flush=True)
+    for name in args.configs:
+        row = probe(name, args.rounds, args.limit)
+        rows.append(row)
+        print(f"| {name} | {row.get('runs', 0)} | {row.get('s_per_round', '')} | {row.get('rounds_per_s', '')} | "
+              f"{row.get('minutes_12x1000', '')} | {row.get('wall_s', '')} | {row.get('error') or ''} |", flush=True)
+    measured = [r for r in rows if r.get("rounds_per_s") and not r.get("error")]
+    if args.best and measured:
+        best = max(measured, key=lambda r: r["rounds_per_s"])["config"]
+        Path(args.best).write_text(best + "\n")
+        print(f"fastest: {best}", flush=True)
+    return 0 if measured else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
