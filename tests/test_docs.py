@@ -15,7 +15,9 @@ Where: the blocks of one file run in order in one working directory, a temporary
 (every top-level entry but .git, .venv, runs/ and caches; `.venv` is a link to the environment under test),
 so files carry over from block to block (a Python block reads the `runs/skewed` a shell block made) and
 nothing a doc writes (runs/, report/, ...) lands in the repository. Each block is its own process: shell
-variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Ray: every block of a test
+variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Each `emulator` command and
+Python block runs in a child forked from one process per worker that imported torch, Ray and the emulator
+once (doc_launcher.py: about 2 s of CPU saved a command); EMULATOR_DOC_LAUNCHER=0 starts each afresh. Ray: every block of a test
 worker uses one warm instance (`emulator up`, started once in a directory of its own, with a state file of
 its own: EMULATOR_WARM_STATE), instead of each `emulator run` starting and stopping its own Ray and actor
 processes (several seconds each on 2 cores; a run resolves its paths in its own working directory, so one
@@ -61,6 +63,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from doc_launcher import DocLauncher
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -68,6 +71,9 @@ DOCS = [ROOT / "README.md", ROOT / "analysis" / "README.md", *sorted((ROOT / "do
 BIN = Path(sys.executable).parent            # the virtual environment that runs the tests
 VENV = BIN.parent
 TIMEOUT_S = 900                               # one block, including its setup
+# `emulator` commands and Python blocks through one pre-imported process per worker (doc_launcher.py);
+# EMULATOR_DOC_LAUNCHER=0 runs each as a process of its own, as a user's shell would
+USE_LAUNCHER = os.environ.get("EMULATOR_DOC_LAUNCHER", "1") != "0"
 
 SHELL = {"bash", "sh", "shell", "zsh"}
 CONSOLE = {"console", "shell-session"}
@@ -218,7 +224,9 @@ def _sweep_only(args: list[str]) -> tuple[list[str], list[str]]:
     return run, list(args)
 
 
-def shell_script(block: Block) -> str:
+def shell_script(block: Block, emulator: list[str] | None = None) -> str:
+    """The block as a bash script; `emulator`: the argv that runs the `emulator` command (the launcher's
+    client, doc_launcher.py), else the console script on PATH."""
     run_args, sweep_args = _sweep_only(block.args)
     body = _console_commands(block.text) if block.lang in CONSOLE else block.text
     quoted = lambda args: " ".join(shlex.quote(a) for a in args)  # noqa: E731
@@ -227,11 +235,12 @@ def shell_script(block: Block) -> str:
         "trap 's=$?; [[ $BASH_COMMAND == return* ]] || echo \"doc-test: exit status $s from: $BASH_COMMAND\" >&2' ERR",
         f"_doc_run_args=({quoted(run_args)})",
         f"_doc_sweep_args=({quoted(sweep_args)})",
+        f"_doc_emulator=({quoted(emulator or ['command', 'emulator'])})",
         "emulator() {  # the doc's own command, with the marker's options at the end of run and sweep",
         '  local extra=()',
         '  case "${1-}" in run) extra=("${_doc_run_args[@]}");; sweep) extra=("${_doc_sweep_args[@]}");; esac',
         '  printf "+ emulator %s\\n" "$*${extra[*]:+ ${extra[*]}}" >&2',
-        '  command emulator "$@" "${extra[@]}" && return',
+        '  "${_doc_emulator[@]}" "$@" "${extra[@]}" && return',
         '  local status=$?; printf "doc-test: exit status %s from: emulator %s\\n" $status "$*" >&2; return $status',
         "}",
         "make() { command make -o .venv/.installed \"$@\"; }  # never reinstall the environment under test",
@@ -274,8 +283,8 @@ class WarmRay:
 class DocRunner:
     """Runs the blocks of one Markdown file, in order, in one working directory; remembers each outcome."""
 
-    def __init__(self, doc: Path, workdir: Path, warm: WarmRay):
-        self.doc, self.workdir, self.warm = doc, workdir, warm
+    def __init__(self, doc: Path, workdir: Path, warm: WarmRay, launcher=None):
+        self.doc, self.workdir, self.warm, self.launcher = doc, workdir, warm, launcher
         self.scratch = workdir / ".doc-test"          # the block files themselves
         self.outcomes: dict[int, Outcome] = {}
         for entry in ROOT.iterdir():
@@ -322,21 +331,23 @@ class DocRunner:
         stem = block.id.replace("/", "_").replace(":", "-line")          # docs_scenarios.md-line9
         if block.kind != "scenario":                      # `emulator validate` starts no Ray
             self._join_ray()
+        launcher = self.launcher() if self.launcher else None
         if block.kind == "shell":
             script = self.scratch / f"{stem}.sh"
-            script.write_text(shell_script(block))
+            script.write_text(shell_script(block, launcher.prefix("cli") if launcher else None))
             command = ["bash", str(script)]
         elif block.kind == "python":
             script = self.scratch / f"{stem}.py"
             script.write_text(block.text)
-            command = [sys.executable, str(script)]
+            command = [*(launcher.prefix("script") if launcher else [sys.executable]), str(script)]
             if block.setup:
                 command = ["bash", "-c", "set -eo pipefail\n" + "\n".join(block.setup) + '\nexec "$@"',
                            "setup", *command]
         else:                                             # a scenario: validate it
             script = self.scratch / f"{stem}.yaml"
             script.write_text(block.text)
-            command = [str(BIN / "emulator"), "validate", "--quiet", str(script.relative_to(self.workdir))]
+            emulator = launcher.prefix("cli") if launcher else [str(BIN / "emulator")]
+            command = [*emulator, "validate", "--quiet", str(script.relative_to(self.workdir))]
         start = time.monotonic()
         try:
             done = subprocess.run(command, cwd=self.workdir, env=self.env, capture_output=True, text=True,
@@ -349,7 +360,7 @@ class DocRunner:
         seconds = time.monotonic() - start
         if returncode == 0:
             return Outcome(ran=True, ok=True, seconds=seconds)
-        text = shell_script(block) if block.kind == "shell" else block.text
+        text = script.read_text() if block.kind == "shell" else block.text
         message = "\n".join([
             f"{block.id}: the ```{block.lang} block failed (exit {returncode}, {seconds:.0f} s)",
             f"working directory: {self.workdir}",
@@ -365,17 +376,28 @@ class DocRunner:
 def doc_runner(tmp_path_factory):
     runners: dict[Path, DocRunner] = {}
     warm = WarmRay(tmp_path_factory.mktemp("doc-ray"))
+    launchers: list[DocLauncher] = []
+
+    def launcher() -> DocLauncher:
+        """The worker's launcher (doc_launcher.py), started with the first block it runs."""
+        if not launchers:
+            launchers.append(DocLauncher(tmp_path_factory.mktemp("doc-launcher"), sys.executable,
+                                         next(iter(runners.values())).env))
+        return launchers[0]
 
     def get(doc: Path) -> DocRunner:
         """The runner of one Markdown file, made (with its working directory) on first use."""
         if doc not in runners:
             name = doc.relative_to(ROOT).as_posix().replace("/", "_")
-            runners[doc] = DocRunner(doc, tmp_path_factory.mktemp(f"doc-{name}"), warm)
+            runners[doc] = DocRunner(doc, tmp_path_factory.mktemp(f"doc-{name}"), warm,
+                                     launcher if USE_LAUNCHER else None)
         return runners[doc]
 
     yield get
     if runners:
         warm.close(next(iter(runners.values())).env)
+    for started in launchers:
+        started.close()
 
 
 def _param(block: Block):

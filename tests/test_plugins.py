@@ -15,8 +15,9 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ROOT, comparable, digest
+from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
 from emulator.cli import main
+from emulator.driver import run_scenario
 from emulator.registry import ALGORITHMS, MODELS, Registry, RegistryError
 from emulator.scenario import ScenarioError, Strict
 from emulator.parts import load_scenario, validate_scenario
@@ -256,28 +257,41 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
     assert digest(out) == kept  # the earlier run is untouched
 
 
-def test_the_plugin_package_runs_on_a_two_node_cluster_without_being_installed(lab, tmp_path):
-    """The workers never see the plugin's directory: the package reaches them through runtime_env."""
+def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(
+        lab, tmp_path):
+    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for two claims: the
+    workers never see the plugin's directory (the package reaches them through runtime_env), and a run's
+    four runners spread over both nodes give the metrics of a run in one process."""
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
-    out = tmp_path / "cluster-run"
+    stateful = tmp_path / "stateful.yaml"
+    stateful.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
+    plugin_out, spread_out = tmp_path / "plugin-run", tmp_path / "spread-run"
     script = textwrap.dedent(f"""
         import sys
         from ray.cluster_utils import Cluster
+        from emulator.runtime.cluster import configure_token_auth
+        configure_token_auth()  # as docs/cluster.md starts a cluster: RAY_AUTH_MODE=token, the user's token
         cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
         cluster.add_node(num_cpus=2)
         cluster.wait_for_nodes()
         from emulator.cli import main
-        code = main(["run", {str(lab / "feddyn.yaml")!r}, "--out", {str(out)!r}, "--address", cluster.address,
-                     "--quiet", "--set", "runtime.runners=4"])
+        codes = [main(["run", {str(lab / "feddyn.yaml")!r}, "--out", {str(plugin_out)!r}, "--address",
+                       cluster.address, "--quiet", "--set", "runtime.runners=4"]),
+                 main(["run", {str(stateful)!r}, "--out", {str(spread_out)!r}, "--address", cluster.address,
+                       "--quiet"])]
         cluster.shutdown()
-        sys.exit(code)
+        sys.exit(max(codes))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
                           cwd=elsewhere)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
+    for out in (plugin_out, spread_out):
+        summary = json.loads((out / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
+    # the same scenario in this process (inline gives a Ray run's metrics bit for bit: test_inline.py)
+    run_scenario(validate_scenario(small_scenario(**STATEFUL, **{"runtime.backend": "inline"})), tmp_path / "one")
+    assert comparable(spread_out) == comparable(tmp_path / "one")
 
 
 def test_the_tutorial_shows_the_example_files_as_they_are():

@@ -1,10 +1,9 @@
-"""Reliability: resume, Ctrl-C, a runner killed mid-run, a two-node cluster, and bad input."""
+"""Reliability: resume, Ctrl-C, a runner killed mid-run, and bad input (a two-node cluster: test_plugins.py)."""
 import json
 import os
 import signal
 import subprocess
 import sys
-import textwrap
 import threading
 import time
 from pathlib import Path
@@ -82,28 +81,6 @@ def test_a_runner_killed_mid_round_costs_time_not_results(reference, tmp_path):
     assert comparable(tmp_path / "run") == comparable(reference)
     # the runner really died and Ray started it again (its unfinished calls were retried)
     assert ray.get(killed["victim"].pid.remote()) != killed["pid"]
-
-
-def test_two_node_cluster_spreads_runners_and_gives_the_same_metrics(reference, tmp_path):
-    scenario = tmp_path / "s.yaml"
-    scenario.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
-    out = tmp_path / "cluster-run"
-    script = textwrap.dedent(f"""
-        import sys
-        from ray.cluster_utils import Cluster
-        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
-        cluster.add_node(num_cpus=2)
-        cluster.wait_for_nodes()
-        from emulator.cli import main
-        code = main(["run", {str(scenario)!r}, "--out", {str(out)!r}, "--address", cluster.address, "--quiet"])
-        cluster.shutdown()
-        sys.exit(code)
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=ROOT)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    summary = json.loads((out / "summary.json").read_text())
-    assert summary["runners"] == 4 and summary["runner_nodes"] == 2
-    assert comparable(out) == comparable(reference)
 
 
 @pytest.mark.parametrize("path", BAD, ids=[p.stem for p in BAD])
