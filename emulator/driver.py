@@ -30,11 +30,12 @@ import ray
 from emulator.data import build_federation
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
+from emulator.errors import PluginError
 from emulator.parts import load_scenario
 from emulator.parts.plugins import innermost, module_files, users_paths
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording import health
-from emulator.recording.recorder import Recorder, stamp
+from emulator.recording.recorder import Recorder, stamp, thread_record
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline
 from emulator.runtime import warm
@@ -345,6 +346,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         except KeyboardInterrupt as exc:  # the CLI tells the user where the finished rounds are, if anywhere
             exc.run_dir = directory.path if directory is not None else None
             raise
+        except PluginError as exc:  # its advice made true: this run's directory and rounds, or nothing to resume
+            raise exc.resumable(directory and directory.path, len(directory.whole_metrics()[1]) if directory else 0) from None
         finally:
             server.kill()
             pool.shutdown(run_key)
@@ -439,6 +442,7 @@ def _loop(scenario, federation, recorder: Recorder, server, pool, resumed_from, 
         summary["plugin_paths"] = sorted({str(Path(f).parent) for f in module_files(scenario.plugins).values()})
     for stale in ("error", "note", "finished_at", "resume_error", "resume_failed_at", "stopped_at_round"):
         summary.pop(stale, None)
+    summary.update(thread_record(previous, scenario.runtime.torch_threads or 1, len(before) + 1))
     columns = server.call("get_columns")
     clock_offset = float(before[-1]["wall_time_s"]) if before else 0.0
     rounds_started = time.time()

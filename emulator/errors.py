@@ -16,6 +16,15 @@ class ScenarioError(ValueError):
 class PluginError(ScenarioError):
     """A plugin could not be used: it failed to import, registered a taken name, or one of its hooks failed."""
 
+    def resumable(self, run_dir, rounds: int) -> "PluginError":
+        """The same error, its generic advice about resuming replaced by what holds for this run."""
+        true = (f"this run's {rounds} finished rounds are kept: continue with emulator run --resume {run_dir}"
+                if run_dir is not None and rounds else "no round had finished, so there is nothing to resume")
+        return PluginError(str(self).replace(RESUME_HINT, true))
+
+
+RESUME_HINT = "every finished round is kept: continue with emulator run --resume RUN_DIR"
+
 
 # ---------------------------------------------------------------------------- a plugin's code failing
 # Here, on the ground floor, because every layer that calls a user's code guards it: the server (algorithm
@@ -78,7 +87,7 @@ def guard(origin: str, part: str, hook: str, code: Any = None):
         # chained to the plugin's own exception: in process (runtime.backend: inline) its traceback, down to
         # the plugin's line, is there for a debugger (python -m pdb) or a notebook's %debug
         raise PluginError(f"plugin {origin}: {part}'s {hook} raised {failure(inner, code)}; fix the plugin, then "
-                          "run again (every finished round is kept: continue with emulator run --resume RUN_DIR)"
+                          f"run again ({RESUME_HINT})"
                           ) from inner
 
 

@@ -14,6 +14,7 @@ from emulator.models.zoo import build_model
 from emulator.recording.rundir import read_metrics
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.parts import validate_scenario
+from emulator.scenario import ScenarioError
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, IdealSystem
 
@@ -174,6 +175,20 @@ def test_fast_q_one_draws_uniform_cohorts_and_q_zero_only_the_regime():
     assert chosen.mean() < 40 and np.quantile(chosen, 0.95) < 60
     kinds, _ = fast_selection(q=0.5, rounds=400)
     assert kinds.count("snapshot") / 400 == pytest.approx(0.5, abs=0.07)
+
+
+def test_fast_snapshot_close_all_asks_the_world_to_wait_for_every_sampled_device():
+    plans = {}
+    for close in ("first", "all"):
+        scenario = validate_scenario({"name": "fast", "rounds": 3, "population": {"devices": 50},
+                                      "algorithm": {"name": "fast", "q": 1.0, "clients_per_round": 5,
+                                                    "snapshot_close": close}})
+        algorithm = build_algorithm(scenario.algorithm, AlgorithmContext(50, np.full(50, 10), 5, seed=1))
+        plans[close] = algorithm.plan_round(1)
+    assert plans["first"].kind == plans["all"].kind == "snapshot"
+    assert not plans["first"].wait_for_all and plans["all"].wait_for_all
+    with pytest.raises(ScenarioError, match="snapshot_close"):
+        validate_scenario({"name": "f", "rounds": 1, "algorithm": {"name": "fast", "q": 1, "snapshot_close": "some"}})
 
 
 @pytest.mark.parametrize("kind,low,high", [("gamma", 0, 50), ("weibull", 100, 200)])

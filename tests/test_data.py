@@ -17,7 +17,7 @@ from emulator.data.server_set import carve_server_set
 from emulator.data.synthetic import generate_synthetic
 from emulator.data.vision import read_idx
 from emulator.scenario import DataConfig, ScenarioError, ServerSetConfig, SyntheticConfig
-from emulator.parts import load_scenario
+from emulator.parts import load_scenario, validate_scenario
 
 ROOT = Path(__file__).resolve().parents[1]
 FMNIST_DIR = Path("/usr/share/datasets/fashion-mnist")
@@ -234,6 +234,26 @@ def test_server_set_size_zero_is_a_no_op_and_impossible_sizes_name_the_field():
     one_class = partition_classes(y, 10, 10, 1, np.random.default_rng(0))[:5]  # devices hold 5 classes only
     with pytest.raises(ValueError, match="data.server_set.size"):
         carve_server_set(one_class, y, 10, ServerSetConfig(size=100, source="balanced"), np.random.default_rng(0))
+
+
+def test_a_server_set_fraction_is_that_share_of_the_devices_samples_and_is_refused_beside_a_size():
+    per_device, y = _devices_and_labels()
+    held = sum(len(p) for p in per_device)
+    for fraction, expected in ((0.1, round(0.1 * held)), (0.1 / held, 1)):  # rounded, at least one sample
+        remaining, server = carve_server_set(per_device, y, 10, ServerSetConfig(fraction=fraction, source="balanced"
+                                             if fraction > 0.01 else "iid"), np.random.default_rng(1))
+        assert len(server) == expected and sum(len(p) for p in remaining) == held - expected
+    with pytest.raises(ValueError, match="give one of them"):
+        ServerSetConfig(size=10, fraction=0.1)
+    for bad in (0, 1, 1.5):
+        with pytest.raises(ValueError, match="fraction"):
+            ServerSetConfig(fraction=bad)
+    with pytest.raises(ValueError, match=rf"data.server_set.fraction \({round(0.9 * held)} samples\)"):  # named
+        carve_server_set(per_device, y, 10, ServerSetConfig(fraction=0.9, source="clients", clients=2),
+                         np.random.default_rng(0))
+    safari = validate_scenario({"name": "s", "rounds": 1, "algorithm": {"name": "safari"},
+                                "data": {"server_set": {"fraction": 0.01}}})
+    assert safari.data.server_set.fraction == 0.01  # a fraction satisfies an algorithm that needs server data
 
 
 # -------------------------------------------------------------------------------------------- synthetic

@@ -269,6 +269,13 @@ def test_a_resume_that_changes_the_thread_count_says_it_changes_the_numbers(tmp_
     assert main(["run", "--resume", str(tmp_path / "run"), "--set", "rounds=3", "--set", "runtime.torch_threads=2",
                  "--quiet"]) == 0
     assert "warning: --resume with runtime.torch_threads 1 -> 2" in capsys.readouterr().err
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())  # and the run's record says so
+    assert summary["torch_threads"] == 2
+    assert summary["torch_threads_changes"] == [{"from_round": 3, "from": 1, "to": 2}]
+    assert main(["run", "--resume", str(tmp_path / "run"), "--set", "rounds=4", "--set", "runtime.torch_threads=1",
+                 "--quiet"]) == 0  # and back
+    summary = json.loads((tmp_path / "run" / "summary.json").read_text())
+    assert summary["torch_threads"] == 1 and [c["from_round"] for c in summary["torch_threads_changes"]] == [3, 4]
 
 
 def test_time_zones_that_the_types_would_always_override_are_refused(capsys):

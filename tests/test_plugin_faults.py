@@ -160,3 +160,70 @@ def test_a_partition_plugin_that_splits_wrongly_is_refused(name, body, says, tmp
     assert f"plugin {name}: partition '{name}''s split" in err and says in err and "Traceback" not in err, err
     if name == "raising_split":
         assert f"({tmp_path / name}.py:9)" in err, err
+
+
+SELECTION = """\
+from typing import Literal
+import numpy as np
+from emulator.extend import SelectionPolicy, SelectionSettings, register_selection
+
+class {cls}(SelectionSettings):
+    kind: Literal["{name}"] = "{name}"
+
+class Policy(SelectionPolicy):
+    def select(self, available, count, rng):
+{body}
+
+register_selection("{name}", lambda spec, devices, replace: Policy(), config={cls})
+"""
+
+
+@pytest.mark.parametrize(("name", "body", "says"), [
+    ("raising_pick", "        raise IndexError(count)", "'s select raised IndexError: 11 ("),
+    ("stranger_pick", "        return np.full(count, 10**6)", "devices that are not in `available`"),
+    ("greedy_pick", "        return np.concatenate([available, available])", "for a cohort of 11"),
+    ("float_pick", "        return available[:count].astype(float)", "return a 1-D integer array of device ids"),
+])
+def test_a_selection_plugin_that_picks_wrongly_is_one_line_saying_what_to_return(name, body, says, tmp_path, capsys):
+    (tmp_path / f"{name}.py").write_text(SELECTION.format(cls=name.title().replace("_", ""), name=name, body=body))
+    raw = small_scenario(rounds=1, plugins=[name], **{"algorithm.selection": {"kind": name}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"plugin {name}: selection policy '{name}''s select" in err and says in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    if name == "raising_pick":
+        assert f"({tmp_path / name}.py:10)" in err, err
+
+
+OPTIMIZER = """\
+from typing import Literal
+import numpy as np
+from emulator.extend import ServerOptimizer, ServerOptimizerSettings, register_server_optimizer
+
+class {cls}(ServerOptimizerSettings):
+    kind: Literal["{name}"] = "{name}"
+
+class Step(ServerOptimizer):
+    def step(self, params, mean_delta, lr):
+{body}
+
+register_server_optimizer("{name}", lambda config, size, mask: Step(), config={cls})
+"""
+
+
+@pytest.mark.parametrize(("name", "body", "says"), [
+    ("raising_step", "        raise FloatingPointError(lr)", "'s step raised FloatingPointError: 1.0 ("),
+    ("short_step", "        return params[:-1]", "return the new parameters, a float numpy array of shape"),
+    ("no_step", "        pass", "step returned NoneType"),
+])
+def test_a_server_optimizer_plugin_that_steps_wrongly_is_one_line(name, body, says, tmp_path, capsys):
+    (tmp_path / f"{name}.py").write_text(OPTIMIZER.format(cls=name.title().replace("_", ""), name=name, body=body))
+    raw = small_scenario(rounds=1, plugins=[name], **{"algorithm.server_optimizer": {"kind": name}})
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert f"plugin {name}: server optimizer '{name}''s step" in err and says in err, err
+    assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
+    if name == "raising_step":
+        assert f"({tmp_path / name}.py:10)" in err, err

@@ -223,6 +223,15 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
                 new = super().aggregate(params, updates, round_index)
                 return new[:-1] if round_index == self.config.bad_round else new
 
+        class BoomConfig(FedAvgConfig):
+            name: Literal["boom"] = "boom"
+
+        class Boom(FedAvg):
+            def aggregate(self, params, updates, round_index):
+                if round_index == 3:
+                    raise ArithmeticError("the third round")
+                return super().aggregate(params, updates, round_index)
+
         class CrashConfig(TabularMlpConfig):
             name: Literal["crashing_mlp"] = "crashing_mlp"
 
@@ -234,6 +243,7 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
             return model
 
         register_algorithm("shrink", Shrink, config=ShrinkConfig)
+        register_algorithm("boom", Boom, config=BoomConfig)
         register_model("crashing_mlp", crashing_mlp, config=CrashConfig)
     """)
     out = tmp_path / "shrinking"
@@ -254,7 +264,15 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
     err = capsys.readouterr().err
     assert code == 2 and "plugin fedlab.faulty: model 'crashing_mlp''s local training raised ValueError: " \
                           "features must be scaled" in err, err
+    assert "no round had finished, so there is nothing to resume" in err, err  # the advice is true
     assert digest(out) == kept  # the earlier run is untouched
+
+    boom = tmp_path / "boom"
+    code = main(["run", str(lab / "feddyn.yaml"), "--plugin", "fedlab.faulty", "--out", str(boom), "--quiet",
+                 "--set", "algorithm={name: boom, clients_per_round: 10, client_lr: 0.05}"])
+    err = capsys.readouterr().err
+    assert code == 2 and "algorithm 'boom''s aggregate raised ArithmeticError: the third round" in err, err
+    assert f"this run's 2 finished rounds are kept: continue with emulator run --resume {boom}" in err, err
 
 
 def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(

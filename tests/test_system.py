@@ -283,6 +283,26 @@ def test_why_the_round_closed_decides_straggler_or_cancelled(target, over, deadl
     assert len(outcome.reported) == (0 if failed else reports)
 
 
+def test_a_snapshot_that_waits_for_all_takes_the_phones_that_wake_late_which_closing_at_the_first_cancels():
+    """FAST's algorithm.snapshot_close: "first" closes at the target's first reports of an over-selected
+    sample, so phones online only from noon are cancelled; "all" draws the target alone and waits for each."""
+    mix = [{"kind": "always", "share": 0.5}, {"kind": "diurnal", "start_hour": 12, "hours": 6, "share": 0.5}]
+    system = world(devices=200, availability=mix, over_selection=4.0)
+    first = system.client_round(request(1, target=10, snapshot=True))
+    late = system.availability.kind_of(first.cancelled) == "diurnal"
+    assert len(first.selected) == 40 and len(first.reported) == 10 and late.any()
+    assert (system.availability.kind_of(first.reported) == "always").all() and first.end_s < 3600
+
+    system = world(devices=200, availability=mix, over_selection=4.0)
+    wait = CohortRequest(round_index=1, target=10, selection=Uniform(), rng=np.random.default_rng(1),
+                         bytes_down=MODEL_BYTES, bytes_up=MODEL_BYTES, snapshot=True, wait_for_all=True,
+                         samples_processed=lambda devices: np.full(len(devices), 100))
+    every = system.client_round(wait)
+    kinds = system.availability.kind_of(every.reported)
+    assert len(every.selected) == 10 and sorted(every.reported) == sorted(every.selected)
+    assert (kinds == "diurnal").any() and len(every.cancelled) == 0 and every.end_s >= 12 * 3600
+
+
 def test_snapshot_devices_that_never_check_in_are_cancelled_at_the_target_and_stragglers_short_of_it():
     mix = [{"kind": "never", "share": 0.5}, {"kind": "always", "share": 0.5}]
     reached = world(devices=200, availability=mix, over_selection=3.0, events=True)

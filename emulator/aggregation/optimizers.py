@@ -26,6 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from emulator.aggregation.mean import server_update
+from emulator.errors import PluginError, guard, is_plugin
 from emulator.registry import SERVER_OPTIMIZERS
 from emulator.scenario import ServerOptimizerSettings
 
@@ -147,7 +148,42 @@ def build_server_optimizer(config, size: int, mask: np.ndarray | None = None) ->
     (emulator.registry.SERVER_OPTIMIZERS: ours, or a plugin's)."""
     if config is None:
         return ServerOptimizer()
-    return SERVER_OPTIMIZERS.get(config.kind).build(config, size, mask)
+    registered, part = SERVER_OPTIMIZERS.get(config.kind), f"server optimizer {config.kind!r}"
+    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
+        optimizer = registered.build(config, size, mask)
+    if not is_plugin(registered.origin):
+        return optimizer
+    if not isinstance(optimizer, ServerOptimizer):
+        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(optimizer).__name__}; "
+                          "return an emulator.extend.ServerOptimizer (docs/extending.md)")
+    return GuardedServerOptimizer(optimizer, registered.origin, part)
+
+
+class GuardedServerOptimizer(ServerOptimizer):
+    """A plugin's server step as the server sees it: each call guarded (an exception names the plugin's own
+    file and line: exit 2) and each step's answer checked: a float array of the parameters' shape."""
+
+    def __init__(self, inner: ServerOptimizer, origin: str, part: str):
+        self.inner, self.origin, self.part = inner, origin, part
+        self.kind = getattr(inner, "kind", "plugin")
+
+    def step(self, params, mean_delta, lr):
+        with guard(self.origin, self.part, "step", code=self.inner.step):
+            raw = self.inner.step(params, mean_delta, lr)
+        new = np.asarray(raw) if isinstance(raw, np.ndarray) else None
+        if new is None or new.shape != params.shape or not np.issubdtype(new.dtype, np.floating):
+            what = type(raw).__name__ if new is None else f"an array of shape {new.shape} and dtype {new.dtype}"
+            raise PluginError(f"plugin {self.origin}: {self.part}'s step returned {what}; return the new parameters, "
+                              f"a float numpy array of shape {params.shape} like `params`")
+        return new.astype(np.float32, copy=False)
+
+    def state(self) -> dict:
+        with guard(self.origin, self.part, "state", code=self.inner.state):
+            return self.inner.state()
+
+    def load_state(self, state: dict) -> None:
+        with guard(self.origin, self.part, "load_state", code=self.inner.load_state):
+            self.inner.load_state(state)
 
 
 def adaptive(config, size: int, mask: np.ndarray | None = None) -> AdaptiveServerOptimizer:

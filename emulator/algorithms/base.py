@@ -22,6 +22,7 @@ class RoundPlan:
     kind: str  # "client": devices train; "snapshot": a uniform cohort from everyone, waited for; "server"
     cohort: int = 0  # how many reports the round aims for
     selection: SelectionPolicy | None = None
+    wait_for_all: bool = False  # draw exactly `cohort` (no over-selection) and wait for every one of them
 
 
 @dataclass

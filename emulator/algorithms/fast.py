@@ -40,6 +40,9 @@ class FastConfig(ClientTraining):
     every: Optional[int] = Field(None, gt=0)
     adaptive: bool = False
     lam: float = Field(1.0, ge=0)
+    # how a snapshot round closes: "first" at the first clients_per_round reports of the over-selected
+    # sample, as every round; "all" draws exactly clients_per_round and waits for each (the paper's snapshot)
+    snapshot_close: Literal["first", "all"] = "first"
 
     @model_validator(mode="after")
     def _schedule(self):
@@ -83,7 +86,8 @@ class Fast(Algorithm):
         else:
             snapshot = rng(self.context.seed, "snapshot", round_index).random() < self.q
         if snapshot:
-            return RoundPlan("snapshot", self.config.clients_per_round, self.snapshot_selection)
+            return RoundPlan("snapshot", self.config.clients_per_round, self.snapshot_selection,
+                             wait_for_all=self.config.snapshot_close == "all")
         return self.host.plan_round(round_index)
 
     def local_training(self, device):

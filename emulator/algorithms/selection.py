@@ -15,6 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
+from emulator.errors import PluginError, guard, is_plugin
 from emulator.registry import SELECTIONS
 from emulator.scenario import SelectionSettings
 from emulator.seeding import rng
@@ -166,12 +167,60 @@ def build_selection(config, num_devices: int, seed: int, uniform: bool = False) 
     if uniform or spec.kind == "uniform":
         policy: SelectionPolicy = Uniform(replace=replace)
     else:
-        policy = SELECTIONS.get(spec.kind).build(spec, num_devices, replace)
+        policy = _build(spec, num_devices, replace)
     if spec.exclude:
         excluded = np.zeros(num_devices, dtype=bool)
         excluded[rng(seed, "excluded-devices").choice(num_devices, spec.exclude, replace=False)] = True
         policy = Excluding(policy, excluded)
     return policy
+
+
+def _build(spec, num_devices: int, replace: bool) -> SelectionPolicy:
+    """The policy `spec.kind` names (ours, or a plugin's: guarded and its answers checked)."""
+    registered, part = SELECTIONS.get(spec.kind), f"selection policy {spec.kind!r}"
+    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
+        policy = registered.build(spec, num_devices, replace)
+    if not is_plugin(registered.origin):
+        return policy
+    if not isinstance(policy, SelectionPolicy):
+        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(policy).__name__}; return an "
+                          "emulator.extend.SelectionPolicy (docs/extending.md)")
+    return GuardedSelection(policy, registered.origin, part)
+
+
+@dataclass(frozen=True)
+class GuardedSelection(SelectionPolicy):
+    """A plugin's policy as the system model sees it: each call guarded (an exception names the plugin's own
+    file and line: exit 2) and each cohort checked: integer ids, all among the devices offered, at most
+    `count` of them (repeats only when sampling with replacement)."""
+
+    inner: SelectionPolicy
+    origin: str
+    part: str
+
+    def capacity(self, available: int) -> float:
+        with guard(self.origin, self.part, "capacity", code=self.inner.capacity):
+            answer = self.inner.capacity(available)
+        if not isinstance(answer, (int, float, np.integer, np.floating)) or np.isnan(answer) or answer < 0:
+            raise PluginError(f"plugin {self.origin}: {self.part}'s capacity returned {answer!r}; return how many "
+                              "devices a cohort can draw from `available` (a number >= 0, inf for no limit)")
+        return answer
+
+    def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        with guard(self.origin, self.part, "select", code=self.inner.select):
+            raw = self.inner.select(available, count, rng)
+        drawn = np.asarray(raw)
+        if drawn.ndim != 1 or (len(drawn) and not np.issubdtype(drawn.dtype, np.integer)):
+            self._bad(f"{type(raw).__name__} of shape {drawn.shape} and dtype {drawn.dtype}",
+                      "return a 1-D integer array of device ids")
+        if len(drawn) > count:
+            self._bad(f"{len(drawn)} devices for a cohort of {count}", "return at most `count` device ids")
+        if not np.isin(drawn, available).all():
+            self._bad("devices that are not in `available`", "draw only from the device ids in `available`")
+        return drawn.astype(np.int64)
+
+    def _bad(self, what: str, fix: str):
+        raise PluginError(f"plugin {self.origin}: {self.part}'s select returned {what}; {fix}")
 
 
 def distinct_in_draw_order(drawn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

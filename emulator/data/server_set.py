@@ -21,20 +21,22 @@ def _spread(total: int, parts: int, rng: np.random.Generator, eligible: np.ndarr
 
 def carve_server_set(per_device: list[np.ndarray], labels: np.ndarray, num_classes: int, spec,
                      rng: np.random.Generator) -> tuple[list[np.ndarray], np.ndarray]:
-    """Take spec.size samples out of the devices' data: uniformly (iid), class-balanced, or from
-    spec.clients randomly chosen devices. Returns (the devices' remaining data, the sorted server indices)."""
-    size = spec.size
-    if size == 0:
+    """Take spec.size samples (or spec.fraction of them) out of the devices' data: uniformly (iid),
+    class-balanced, or from spec.clients randomly chosen devices. Returns (the devices' remaining data, the
+    sorted server indices)."""
+    if not spec.wanted:
         return per_device, np.zeros(0, dtype=np.int64)
     pool = np.concatenate(per_device).astype(np.int64) if per_device else np.zeros(0, np.int64)
+    size = spec.size_of(len(pool))
+    field = "data.server_set.size" if spec.fraction is None else f"data.server_set.fraction ({size} samples)"
     if size > len(pool):
-        raise ValueError(f"data.server_set.size: {size} exceeds the {len(pool)} training samples the devices hold")
+        raise ValueError(f"{field}: {size} exceeds the {len(pool)} training samples the devices hold")
     if spec.source == "iid":
         server = rng.choice(pool, size, replace=False)
     elif spec.source == "balanced":
-        server = _balanced(pool, labels, num_classes, size, rng)
+        server = _balanced(pool, labels, num_classes, size, rng, field)
     elif spec.source == "clients":
-        server = _from_clients(per_device, size, spec.clients, rng)
+        server = _from_clients(per_device, size, spec.clients, rng, field)
     else:
         raise ValueError(f"data.server_set.source: {spec.source!r} is not known; choose iid, balanced or clients")
     server = np.sort(server.astype(np.int64))
@@ -44,7 +46,7 @@ def carve_server_set(per_device: list[np.ndarray], labels: np.ndarray, num_class
 
 
 def _balanced(pool: np.ndarray, labels: np.ndarray, num_classes: int, size: int,
-              rng: np.random.Generator) -> np.ndarray:
+              rng: np.random.Generator, field: str = "data.server_set.size") -> np.ndarray:
     """size / num_classes samples of every class (remainder to random classes), uniform within a class."""
     pool_labels = labels[pool]
     held = np.bincount(pool_labels, minlength=num_classes)
@@ -52,7 +54,7 @@ def _balanced(pool: np.ndarray, labels: np.ndarray, num_classes: int, size: int,
     short = np.flatnonzero(held < base)
     if len(short) or np.count_nonzero(held > base) < size % num_classes:
         worst = int(short[0]) if len(short) else int(np.argmin(held))
-        raise ValueError(f"data.server_set.size: a class-balanced set of {size} needs about {base + 1} samples of "
+        raise ValueError(f"{field}: a class-balanced set of {size} needs about {base + 1} samples of "
                          f"each of the {num_classes} classes, but the devices hold only {held[worst]} of class "
                          f"{worst}; lower size or use source: iid")
     wanted = _spread(size, num_classes, rng, eligible=held > base)
@@ -62,7 +64,8 @@ def _balanced(pool: np.ndarray, labels: np.ndarray, num_classes: int, size: int,
                            for c in range(num_classes)])
 
 
-def _from_clients(per_device: list[np.ndarray], size: int, clients: int, rng: np.random.Generator) -> np.ndarray:
+def _from_clients(per_device: list[np.ndarray], size: int, clients: int, rng: np.random.Generator,
+                  field: str = "data.server_set.size") -> np.ndarray:
     """size / clients samples from each of `clients` random devices that hold enough (FSL's non-IID server set)."""
     if clients > len(per_device):
         raise ValueError(f"data.server_set.clients: {clients} exceeds the {len(per_device)} devices")
@@ -70,8 +73,8 @@ def _from_clients(per_device: list[np.ndarray], size: int, clients: int, rng: np
     need = -(-size // clients)
     eligible = np.flatnonzero(sizes >= need)
     if len(eligible) < clients:
-        raise ValueError(f"data.server_set.size: {size} samples from {clients} devices need {need} from each, but "
-                         f"only {len(eligible)} devices hold that many; lower data.server_set.size or raise "
+        raise ValueError(f"{field}: {size} samples from {clients} devices need {need} from each, but "
+                         f"only {len(eligible)} devices hold that many; lower {field.split(' ')[0]} or raise "
                          "data.server_set.clients")
     donors = rng.choice(eligible, clients, replace=False)
     wanted = _spread(size, clients, rng)

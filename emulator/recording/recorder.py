@@ -181,6 +181,16 @@ def _privacy_spent(last: dict) -> dict:
             "dp_epsilon_device_max": float(last["dp_epsilon_device_max"])}
 
 
+def thread_record(previous: dict, threads: int, first_round: int) -> dict:
+    """summary.json's record of the torch thread count (it changes the last bits of every round): the count
+    now, and each resume that changed it (from which round, from and to what)."""
+    record = {"torch_threads": threads}
+    if previous.get("torch_threads", threads) != threads:
+        record["torch_threads_changes"] = [*previous.get("torch_threads_changes", []), {
+            "from_round": first_round, "from": previous["torch_threads"], "to": threads}]
+    return record
+
+
 def stamp(t: float) -> str:
     """A summary's time stamp: local time with its UTC offset."""
     return time.strftime("%Y-%m-%dT%H:%M:%S%z", time.localtime(t))

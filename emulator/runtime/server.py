@@ -150,7 +150,7 @@ class FederatedServer:
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
             bytes_down=down * self.model_bytes, bytes_up=self.upload_bytes(up),
             samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
-            snapshot=plan.kind == "snapshot", secure=self._secure(r)))
+            snapshot=plan.kind == "snapshot", wait_for_all=plan.wait_for_all, secure=self._secure(r)))
         devices, counts = distinct_in_draw_order(outcome.reported)
         algorithm = self.algorithm
         jobs = [DeviceJob(self.run_key, int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)),

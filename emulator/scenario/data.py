@@ -44,11 +44,24 @@ class ServerSetConfig(Strict):
     """The server's (auxiliary) data set, held out from the devices' data."""
 
     size: int = Field(0, ge=0)
+    fraction: Optional[float] = Field(None, gt=0, lt=1)  # instead of size: this share of the devices' samples
     source: Literal["iid", "balanced", "clients"] = "iid"
     clients: Optional[int] = Field(None, gt=0)
 
+    @property
+    def wanted(self) -> bool:
+        """Whether the server holds a set at all (a size or a fraction)."""
+        return self.size > 0 or self.fraction is not None
+
+    def size_of(self, pool: int) -> int:
+        """Samples to carve from `pool` training samples: `size`, or `fraction` of them rounded (at least 1)."""
+        return self.size if self.fraction is None else max(1, round(self.fraction * pool))
+
     @model_validator(mode="after")
     def _clients(self):
+        if self.fraction is not None and self.size:
+            raise ValueError(f"size {self.size} and fraction {self.fraction}: give one of them (size: a count "
+                             "of samples; fraction: a share of the devices' samples, e.g. 0.01 for SAFARI's 1%)")
         if self.source == "clients" and self.clients is None:
             raise ValueError("source 'clients' needs 'clients': the number of devices the server set is drawn from")
         if self.source != "clients" and self.clients is not None:

@@ -61,9 +61,9 @@ class Scenario(Strict):
         if algo.selection.exclude >= devices:
             raise ScenarioFieldError("algorithm.selection.exclude", f"{algo.selection.exclude} excluded devices "
                                      f"leave none of the {devices} to select; lower it")
-        if ALGORITHMS.get(algo.name).fact("needs_server_data") and self.data.server_set.size == 0:
+        if ALGORITHMS.get(algo.name).fact("needs_server_data") and not self.data.server_set.wanted:
             raise ScenarioFieldError("data.server_set.size", f"{algo.name} trains on the server's own data: set "
-                                     "data.server_set.size (and source) to give the server a data set")
+                                     "data.server_set.size or .fraction (and source) to give the server a data set")
         accepts = MODELS.get(self.model.name).fact("accepts")
         problem = accepts(dataset_input_shape(self.data)) if accepts is not None else None
         if problem:

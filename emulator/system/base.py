@@ -38,6 +38,7 @@ class CohortRequest:
     bytes_up: int  # per reporting device
     samples_processed: Callable[[np.ndarray], np.ndarray] = lambda devices: np.zeros(len(devices))
     snapshot: bool = False  # sample from the whole population and wait for those devices to check in
+    wait_for_all: bool = False  # draw exactly `target` devices, no over-selection: the round waits for all
     secure: SecureAggregation | None = None  # secure aggregation's protocol around the upload
 
 

@@ -73,7 +73,7 @@ class SimulatedSystem(SystemModel):
         config, started = self.config, env.now
         target = request.target
         needed = max(1, math.ceil(config.min_report_fraction * target))
-        wanted = math.ceil(target * config.over_selection)
+        wanted = target if request.wait_for_all else math.ceil(target * config.over_selection)
         deadline = config.deadline_s
         if request.snapshot:
             drawn = request.selection.select(self._everyone, wanted, request.rng)
