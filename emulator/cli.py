@@ -149,10 +149,17 @@ def _validate(args) -> int:
     from emulator.parts import load_scenario
     from emulator.scenario import dump_scenario
 
+    from emulator.system.checks import machine_memory
+    from emulator.system.footprint import estimate
+
     scenario = load_scenario(args.scenario, args.overrides, args.plugins)
     if not args.quiet:
         print(dump_scenario(scenario), end="")
         print(f"# {args.scenario}: valid", file=sys.stderr)
+        footprint, memory = estimate(scenario), machine_memory()
+        print(f"# memory: {footprint.describe()}; this machine has {memory / 2 ** 30:,.1f} GiB"
+              + (" (not enough: lower population.devices or the data, or use a larger machine)"
+                 if footprint.total > memory else ""), file=sys.stderr)
     return EXIT_OK
 
 

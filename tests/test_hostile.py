@@ -83,3 +83,22 @@ def test_the_report_api_refuses_a_target_that_is_not_an_accuracy(tmp_path):
 
     with pytest.raises(NotARunError, match="target 2: not a test accuracy"):
         write_report([tmp_path], tmp_path / "out", target=2)
+
+
+def test_validate_prints_what_the_scenario_will_hold_in_memory_and_says_when_it_cannot_fit(capsys):
+    """The estimate is made from the scenario alone (issue 26): Fashion-MNIST's 70,000 images twice (the
+    driver's copy and Ray's object store), FAST's CNN (1,199,882 parameters) in 6 float32 copies per Adam
+    runner, the server's 6; a population of 10^8 devices is more than any test machine holds."""
+    from emulator.system.footprint import estimate
+    from emulator.parts import load_scenario
+
+    fast = str(ROOT / "scenarios" / "papers" / "fast_fmnist.yaml")
+    parts = estimate(load_scenario(fast, ["runtime.runners=3"])).parts
+    assert parts["data (driver and object store)"] == 2 * 70000 * (784 * 4 + 8)
+    assert parts["3 runners' training"] == 3 * 6 * 1199882 * 4 and parts["server"] == 6 * 1199882 * 4
+    assert main(["validate", fast, "--set", "runtime.runners=3"]) == 0
+    err = capsys.readouterr().err
+    assert "# memory: about 530 MiB (population 0 MiB, data (driver and object store) 420 MiB, 3 runners' " \
+           "training 82 MiB, server 27 MiB); this machine has" in err, err
+    assert main(["validate", QUICKSTART, "--set", "population.devices=100000000"]) == 0
+    assert "GiB (not enough: lower population.devices or the data" in capsys.readouterr().err
