@@ -277,11 +277,13 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
 
 def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(
         lab, tmp_path):
-    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for two claims: the
-    workers never see the plugin's directory (the package reaches them through runtime_env), and a run's
-    four runners spread over both nodes give the metrics of a run in one process."""
-    elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for two claims: every
+    actor imports the plugin package the driver shipped (runtime_env), never a copy on its own path, even
+    with the package in the driver's working directory (which Ray hands on to workers); and a run's four
+    runners spread over both nodes give the metrics of a run in one process."""
+    imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
+    with open(lab / "fedlab" / "__init__.py", "a") as init:
+        init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
     stateful = tmp_path / "stateful.yaml"
     stateful.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
     plugin_out, spread_out = tmp_path / "plugin-run", tmp_path / "spread-run"
@@ -301,9 +303,12 @@ def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners
         cluster.shutdown()
         sys.exit(max(codes))
     """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
-                          cwd=elsewhere)
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=lab)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    shipped = "/runtime_resources/py_modules_files/"
+    lines = [line.split(" ", 1) for line in imports.read_text().splitlines()]
+    local = {pid for pid, path in lines if shipped not in path}
+    assert len(local) == 1 and len(lines) > 2, lines  # the driver alone imported the user's own copy
     for out in (plugin_out, spread_out):
         summary = json.loads((out / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4

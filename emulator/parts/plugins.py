@@ -60,6 +60,7 @@ def load_plugins(modules: list[str] | tuple[str, ...], search: list[Path] | tupl
                               "my_lab.fedfoo (a file my_lab/fedfoo.py beside the scenario or on PYTHONPATH)")
         if name in sys.modules:
             continue
+        _shipped_first()
         _search(search)
         try:
             importlib.import_module(name)
@@ -112,6 +113,15 @@ def users_paths(message: str) -> str:
         return str(root.parent / rel) if root.name == rel.parts[0] else match[0]
 
     return _SHIPPED.sub(original, message)
+
+
+def _shipped_first() -> None:
+    """In a Ray worker, the plugin copies the driver shipped (runtime_env py_modules) come before every other
+    directory on the path: Ray also hands the driver's own path to workers, and a plugin in the driver's
+    working directory would otherwise be imported from there, not from the copy the driver validated."""
+    shipped = [p for p in sys.path if "/runtime_resources/py_modules_files/" in p]
+    if shipped and sys.path[:len(shipped)] != shipped:
+        sys.path[:] = shipped + [p for p in sys.path if p not in shipped]
 
 
 def _search(paths) -> None:
