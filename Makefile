@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/emulator run scenarios/quickstart.yaml
+	$(BIN)/emulator run scenarios/quickstart.yaml $(DEMO_ARGS)  # e.g. DEMO_ARGS='--set rounds=10'
 
 test: $(STAMP)
 	$(BIN)/lint-imports  # the layers in pyproject.toml: an import that runs back up fails here

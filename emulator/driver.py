@@ -347,7 +347,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             exc.run_dir = directory.path if directory is not None else None
             raise
         except PluginError as exc:  # its advice made true: this run's directory and rounds, or nothing to resume
-            raise exc.resumable(directory and directory.path, len(directory.whole_metrics()[1]) if directory else 0) from None
+            raise exc.resumable(directory and directory.path, len(directory.whole_metrics()[1]) if directory else 0) from exc.__cause__
         finally:
             server.kill()
             pool.shutdown(run_key)

@@ -91,6 +91,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        _reload_ray_settings()
         _send_json(conn, {"pid": os.getpid()})
         code = _run(request)
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
@@ -115,6 +116,21 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         except OSError:
             pass
         os._exit(code)
+
+
+def _reload_ray_settings() -> None:
+    """`import ray` (in the server) read RAY_AUTH_MODE and the token into caches of its own; a fresh process
+    would read them from the command's environment, so the child reloads them (as
+    emulator.runtime.cluster._reload_ray_config does when it turns token authentication on)."""
+    from ray._raylet import Config
+
+    Config.initialize("")
+    try:
+        from ray._raylet import AuthenticationTokenLoader
+
+        AuthenticationTokenLoader.instance().reset_cache()
+    except (ImportError, AttributeError):  # another Ray: nothing cached there
+        pass
 
 
 def _run(request: dict) -> int:

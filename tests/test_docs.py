@@ -33,8 +33,9 @@ Markers: HTML comments on the lines just above the opening fence (invisible on G
 
     <!-- doc-test: --set rounds=2 -->       options added at the end of every `emulator run` and
                                             `emulator sweep` the block calls (also through a variable such
-                                            as `$S`); later `--set` win, so this shortens a run. `--seeds N`
-                                            and `--parallel N` go to sweeps only.
+                                            as `$S`, and `make demo` through DEMO_ARGS); later `--set` win,
+                                            so this shortens a run. `--seeds N` and `--parallel N` go to
+                                            sweeps only.
     <!-- doc-test: skip: REASON -->         not run; the reason shows in pytest's summary. Only for what
                                             cannot run here (`make test` would run the suite recursively,
                                             a multi-machine Ray cluster, a web server, installs).
@@ -243,7 +244,8 @@ def shell_script(block: Block, emulator: list[str] | None = None) -> str:
         '  "${_doc_emulator[@]}" "$@" "${extra[@]}" && return',
         '  local status=$?; printf "doc-test: exit status %s from: emulator %s\\n" $status "$*" >&2; return $status',
         "}",
-        "make() { command make -o .venv/.installed \"$@\"; }  # never reinstall the environment under test",
+        # never reinstall the environment under test; `make demo` takes the marker's options too (DEMO_ARGS)
+        'make() { command make -o .venv/.installed DEMO_ARGS="${_doc_run_args[*]}" "$@"; }',
         *(f"{command}  # setup" for command in block.setup),
         f"# {block.id}",
         body,

@@ -327,6 +327,9 @@ def test_a_full_disk_stops_cleanly_and_the_run_resumes_identically_once_space_is
         err = capsys.readouterr().err
         assert code == 1 and "disk is full" in err and "--resume" in err and "Traceback" not in err, err
         assert not [p for p in disk.rglob("*") if p.name.endswith(".tmp")]  # no stray temporary files
+        summary = json.loads((run / "summary.json").read_text())
+        if summary["status"] != "running":  # written at the end (else the disk had no room even for it)
+            assert summary["rounds_completed"] == len(read_metrics(run)), summary  # agrees with metrics.csv
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space is freed
         assert main(["run", "--resume", str(run), "--quiet"]) == 0
         assert comparable(run) == comparable(reference)

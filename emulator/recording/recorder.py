@@ -94,7 +94,7 @@ class Recorder:
         every = self.scenario.output.checkpoint_every
         if (every and r % every == 0) or r == self.scenario.rounds:
             checkpoints.write(self.path, self.source.state(), self.scenario)
-        self.summary.update(progress(self.rows))  # only a round whose checkpoint is written counts here
+        self.summary.update(progress(self.rows))
         if self.on_round is not None:  # once the round is on disk: what a progress bar shows is kept
             self.on_round(row)
 
@@ -124,6 +124,8 @@ class Recorder:
                     self.directory.write_participation(participation)
         except Exception as exc:  # noqa: BLE001 - a lost ledger (a dead server) must not cost the summary
             summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
+        if self.rows:  # the rounds metrics.csv holds, whatever stopped the run (a full disk mid-checkpoint too)
+            summary.update(progress(self.rows))
         if not summary.pop("_keep", False):
             summary["finished_at"] = stamp(time.time())
             summary["wall_time_s"] = round(time.time() - started, 3)
