@@ -266,17 +266,38 @@ class WarmRay:
         self.home = home
         self.state = home / "warm.json"
         self.up = False
+        self.starting: subprocess.Popen | None = None
 
     def join(self, env: dict) -> None:
+        """Make sure it runs. A restart under way (see `restart`) is not waited for: the block runs
+        meanwhile (its runs start their own Ray, or need none) and a later block finds it up."""
+        if self.starting is not None:
+            if self.starting.poll() is None:
+                return
+            self._started()
         if self.state.is_file():
             return
-        done = subprocess.run([str(BIN / "emulator"), "up"], cwd=self.home, env=env, capture_output=True,
-                              text=True, timeout=300)
-        if done.returncode != 0:
-            raise RuntimeError(f"the warm instance for the doc tests did not start:\n{done.stderr}")
+        self.restart(env)
+        self.starting.wait(timeout=300)
+        self._started()
+
+    def restart(self, env: dict) -> None:
+        """Start it in the background if it is not running (the README's `emulator down` stops it)."""
+        if self.starting is None and not self.state.is_file():
+            self.starting = subprocess.Popen([str(BIN / "emulator"), "up"], cwd=self.home, env=env,
+                                             stdout=subprocess.DEVNULL, stderr=open(self.home / "up.log", "w"))
+
+    def _started(self) -> None:
+        code, self.starting = self.starting.returncode, None
+        if code != 0:
+            raise RuntimeError("the warm instance for the doc tests did not start:\n"
+                               f"{(self.home / 'up.log').read_text()}")
         self.up = True
 
     def close(self, env: dict) -> None:
+        if self.starting is not None:
+            self.starting.wait(timeout=300)
+            self._started()
         if self.up:
             self.up = False
             subprocess.run([str(BIN / "emulator"), "down"], cwd=self.home, env=env, capture_output=True, timeout=120)
@@ -360,6 +381,8 @@ class DocRunner:
             stdout = exc.stdout.decode() if isinstance(exc.stdout, bytes) else (exc.stdout or "")
             stderr = exc.stderr.decode() if isinstance(exc.stderr, bytes) else (exc.stderr or "")
         seconds = time.monotonic() - start
+        if block.kind != "scenario" and self.warm.up:
+            self.warm.restart(self.env)  # a block stopped it (`emulator down`): back up while the next ones run
         if returncode == 0:
             return Outcome(ran=True, ok=True, seconds=seconds)
         text = script.read_text() if block.kind == "shell" else block.text
