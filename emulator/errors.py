@@ -6,7 +6,7 @@ import inspect
 import traceback
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 
 class ScenarioError(ValueError):
@@ -89,6 +89,20 @@ def guard(origin: str, part: str, hook: str, code: Any = None):
         raise PluginError(f"plugin {origin}: {part}'s {hook} raised {failure(inner, code)}; fix the plugin, then "
                           f"run again ({RESUME_HINT})"
                           ) from inner
+
+
+def build_part(registered, part: str, base: type, wrap: Callable, *args: Any):
+    """A registered part built by its builder: ours as it comes; a plugin's with the builder guarded, its
+    result checked to be a `base` and wrapped by `wrap(built, origin, part)`, which guards and checks every
+    later call (availability models, selection policies, server optimizers)."""
+    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
+        built = registered.build(*args)
+    if not is_plugin(registered.origin):
+        return built
+    if not isinstance(built, base):
+        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(built).__name__}; return an "
+                          f"emulator.extend.{base.__name__} (docs/extending.md)")
+    return wrap(built, registered.origin, part)
 
 
 class MachineError(RuntimeError):

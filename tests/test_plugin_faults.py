@@ -145,6 +145,15 @@ register_partition("{name}", split, config={cls})
 """
 
 
+def broken_plugin_run(tmp_path, capsys, template: str, name: str, body: str, **overrides) -> str:
+    """Write the plugin `name` from `template` with its method's `body`, run a one-round scenario that uses
+    it (`overrides`): exit 2; returns what the run printed on stderr."""
+    (tmp_path / f"{name}.py").write_text(template.format(cls=name.title().replace("_", ""), name=name, body=body))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(small_scenario(rounds=1, plugins=[name], **overrides)))
+    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    return capsys.readouterr().err
+
+
 @pytest.mark.parametrize(("name", "body", "says"), [
     ("overlapping_split", "    return [np.arange(10)] * devices", "a sample given to two devices"),
     ("short_split", "    return [np.arange(5)]", "1 parts for 40 devices"),
@@ -152,11 +161,7 @@ register_partition("{name}", split, config={cls})
     ("raising_split", "    raise KeyError(num_classes)", "'s split raised KeyError"),
 ])
 def test_a_partition_plugin_that_splits_wrongly_is_refused(name, body, says, tmp_path, capsys):
-    (tmp_path / f"{name}.py").write_text(PARTITION.format(cls=name.title().replace("_", ""), name=name, body=body))
-    raw = small_scenario(rounds=1, plugins=[name], **{"data.partition": {"scheme": name}})
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
-    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
-    err = capsys.readouterr().err
+    err = broken_plugin_run(tmp_path, capsys, PARTITION, name, body, **{"data.partition": {"scheme": name}})
     assert f"plugin {name}: partition '{name}''s split" in err and says in err and "Traceback" not in err, err
     if name == "raising_split":
         assert f"({tmp_path / name}.py:9)" in err, err
@@ -185,11 +190,7 @@ register_selection("{name}", lambda spec, devices, replace: Policy(), config={cl
     ("float_pick", "        return available[:count].astype(float)", "return a 1-D integer array of device ids"),
 ])
 def test_a_selection_plugin_that_picks_wrongly_is_one_line_saying_what_to_return(name, body, says, tmp_path, capsys):
-    (tmp_path / f"{name}.py").write_text(SELECTION.format(cls=name.title().replace("_", ""), name=name, body=body))
-    raw = small_scenario(rounds=1, plugins=[name], **{"algorithm.selection": {"kind": name}})
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
-    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
-    err = capsys.readouterr().err
+    err = broken_plugin_run(tmp_path, capsys, SELECTION, name, body, **{"algorithm.selection": {"kind": name}})
     assert f"plugin {name}: selection policy '{name}''s select" in err and says in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
     if name == "raising_pick":
@@ -218,11 +219,7 @@ register_server_optimizer("{name}", lambda config, size, mask: Step(), config={c
     ("no_step", "        pass", "step returned NoneType"),
 ])
 def test_a_server_optimizer_plugin_that_steps_wrongly_is_one_line(name, body, says, tmp_path, capsys):
-    (tmp_path / f"{name}.py").write_text(OPTIMIZER.format(cls=name.title().replace("_", ""), name=name, body=body))
-    raw = small_scenario(rounds=1, plugins=[name], **{"algorithm.server_optimizer": {"kind": name}})
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(raw))
-    assert main(["run", str(tmp_path / "s.yaml"), "--out", str(tmp_path / "run"), "--quiet"]) == 2
-    err = capsys.readouterr().err
+    err = broken_plugin_run(tmp_path, capsys, OPTIMIZER, name, body, **{"algorithm.server_optimizer": {"kind": name}})
     assert f"plugin {name}: server optimizer '{name}''s step" in err and says in err, err
     assert "Traceback" not in err and len(err.strip().splitlines()) <= 2, err
     if name == "raising_step":

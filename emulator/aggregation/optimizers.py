@@ -26,7 +26,7 @@ import numpy as np
 from pydantic import Field
 
 from emulator.aggregation.mean import server_update
-from emulator.errors import PluginError, guard, is_plugin
+from emulator.errors import PluginError, build_part, guard
 from emulator.registry import SERVER_OPTIMIZERS
 from emulator.scenario import ServerOptimizerSettings
 
@@ -148,15 +148,8 @@ def build_server_optimizer(config, size: int, mask: np.ndarray | None = None) ->
     (emulator.registry.SERVER_OPTIMIZERS: ours, or a plugin's)."""
     if config is None:
         return ServerOptimizer()
-    registered, part = SERVER_OPTIMIZERS.get(config.kind), f"server optimizer {config.kind!r}"
-    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
-        optimizer = registered.build(config, size, mask)
-    if not is_plugin(registered.origin):
-        return optimizer
-    if not isinstance(optimizer, ServerOptimizer):
-        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(optimizer).__name__}; "
-                          "return an emulator.extend.ServerOptimizer (docs/extending.md)")
-    return GuardedServerOptimizer(optimizer, registered.origin, part)
+    return build_part(SERVER_OPTIMIZERS.get(config.kind), f"server optimizer {config.kind!r}", ServerOptimizer,
+                      GuardedServerOptimizer, config, size, mask)
 
 
 class GuardedServerOptimizer(ServerOptimizer):

@@ -15,7 +15,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field
 
-from emulator.errors import PluginError, guard, is_plugin
+from emulator.errors import PluginError, build_part, guard
 from emulator.registry import SELECTIONS
 from emulator.scenario import SelectionSettings
 from emulator.seeding import rng
@@ -177,15 +177,8 @@ def build_selection(config, num_devices: int, seed: int, uniform: bool = False) 
 
 def _build(spec, num_devices: int, replace: bool) -> SelectionPolicy:
     """The policy `spec.kind` names (ours, or a plugin's: guarded and its answers checked)."""
-    registered, part = SELECTIONS.get(spec.kind), f"selection policy {spec.kind!r}"
-    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
-        policy = registered.build(spec, num_devices, replace)
-    if not is_plugin(registered.origin):
-        return policy
-    if not isinstance(policy, SelectionPolicy):
-        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(policy).__name__}; return an "
-                          "emulator.extend.SelectionPolicy (docs/extending.md)")
-    return GuardedSelection(policy, registered.origin, part)
+    return build_part(SELECTIONS.get(spec.kind), f"selection policy {spec.kind!r}", SelectionPolicy,
+                      GuardedSelection, spec, num_devices, replace)
 
 
 @dataclass(frozen=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.errors import PluginError, guard, is_plugin
+from emulator.errors import PluginError, build_part, guard
 from emulator.registry import AVAILABILITY
 from emulator.seeding import assign_by_share, rng
 from emulator.system.availability import AvailabilityModel, Diurnal, Never, Trace
@@ -108,15 +108,8 @@ class AvailabilityMix:
 def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
     """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's; a plugin's is
     guarded)."""
-    registered, part = AVAILABILITY.get(entry.kind), f"availability model {entry.kind!r}"
-    with guard(registered.origin, part, "builder", code=registered.build):  # ours pass through as they are
-        model = registered.build(entry, members, stream, key, world)
-    if not is_plugin(registered.origin):
-        return model
-    if not isinstance(model, AvailabilityModel):
-        raise PluginError(f"plugin {registered.origin}: {part}'s builder returned {type(model).__name__}; return an "
-                          "emulator.extend.AvailabilityModel (docs/extending.md)")
-    return GuardedAvailability(model, registered.origin, part)
+    return build_part(AVAILABILITY.get(entry.kind), f"availability model {entry.kind!r}", AvailabilityModel,
+                      GuardedAvailability, entry, members, stream, key, world)
 
 
 class GuardedAvailability(AvailabilityModel):

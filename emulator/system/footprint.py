@@ -71,7 +71,7 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
     else:
         per_sample = math.prod(shape(scenario.data)) * FLOAT + 8  # features and the label
         parts["data (driver and object store)"] = 2 * sum(counts) * per_sample
-    params = _parameters(scenario)
+    params = _parameters(scenario, entry)
     if params is None:
         unknown.append(f"the model {scenario.model.name!r}")
     else:
@@ -84,11 +84,11 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
     return Footprint(parts, unknown)
 
 
-def _parameters(scenario) -> int | None:
-    """The model's parameter count, from building it once (cheap: no data, no training)."""
+def _parameters(scenario, entry) -> int | None:
+    """The model's parameter count, from building it once (cheap: no data, no training); `entry`: the
+    scenario's registered dataset."""
     try:
         data = scenario.data
-        entry = DATASETS.get(data.dataset)
         shape, classes = entry.fact("input_shape"), entry.fact("classes")
         if shape is None or classes is None:
             return None
