@@ -68,7 +68,20 @@ class Run:
     def summary(self) -> dict:
         """summary.json: status, rounds, final and best test accuracy, simulated time, bytes, ... ({} if none)."""
         value = self._read("summary.json", lambda p: json.loads(p.read_text()))
-        return dict(value) if isinstance(value, dict) else {}
+        summary = dict(value) if isinstance(value, dict) else {}
+        if summary.get("status") == "running" and "rounds_completed" not in summary:
+            summary.update(self._figures_so_far())  # a run going (or killed): its rounds are in metrics.csv
+        return summary
+
+    def _figures_so_far(self) -> dict:
+        from emulator.recording.recorder import progress
+        from emulator.recording.rundir import RunDirectory
+
+        try:
+            rows = RunDirectory(self.path).whole_metrics()[1]
+        except (OSError, ValueError):
+            rows = []
+        return progress(rows) if rows else {"rounds_completed": 0}
 
     @property
     def status(self) -> str | None:

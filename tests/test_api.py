@@ -120,11 +120,8 @@ emulator.run(small_scenario(rounds=1, seed=4, **{{"runtime.backend": "ray"}}), o
              progress=False)
 second, up = state(), ray.is_initialized()
 ray.shutdown()
-# the caller's own sessions, one after the other: the second repeats the first's job id, and the first's
-# runner handles (dead with it) must not be reused
-ray.init(address="local", num_cpus=2, include_dashboard=False)
-emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'c')!r}, progress=False)
-ray.shutdown()
+# then a session of the caller's own: it repeats the first session's job id, and that session's runner
+# handles (dead with it) must not be reused
 ray.init(address="local", num_cpus=2, include_dashboard=False)
 third = emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), out={str(tmp_path / 'd')!r},
                      progress=False)

@@ -16,6 +16,7 @@ import ray
 import yaml
 
 from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
+import emulator
 from emulator.recording import checkpoint as checkpoints
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
@@ -136,6 +137,9 @@ def test_an_extension_is_recorded_and_survives_a_kill(ray_session, tmp_path):
     proc.wait()
     assert yaml.safe_load((run / "scenario.yaml").read_text())["rounds"] == 20  # the extension is on record
     assert 7 <= len(read_metrics(run)) < 20
+    killed = json.loads((run / "summary.json").read_text())  # says it was running, claims no round figures
+    assert killed["status"] == "running" and "rounds_completed" not in killed and "final_test_acc" not in killed
+    assert emulator.load(run).summary["rounds_completed"] == len(read_metrics(run))  # the API reads the rows
 
     assert main(["run", "--resume", str(run), "--quiet"]) == 0  # no --set: the record says 20
     assert comparable(run) == comparable(reference)
@@ -327,9 +331,10 @@ def test_a_full_disk_stops_cleanly_and_the_run_resumes_identically_once_space_is
         err = capsys.readouterr().err
         assert code == 1 and "disk is full" in err and "--resume" in err and "Traceback" not in err, err
         assert not [p for p in disk.rglob("*") if p.name.endswith(".tmp")]  # no stray temporary files
-        summary = json.loads((run / "summary.json").read_text())
-        if summary["status"] != "running":  # written at the end (else the disk had no room even for it)
-            assert summary["rounds_completed"] == len(read_metrics(run)), summary  # agrees with metrics.csv
+        summary = json.loads((run / "summary.json").read_text())  # written at the end, in the room kept for it
+        assert summary["status"] == "interrupted" and "disk full" in summary["error"], summary
+        assert summary["rounds_completed"] == len(read_metrics(run)), summary  # agrees with metrics.csv
+        assert not (run / ".summary-room").exists()
         subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space is freed
         assert main(["run", "--resume", str(run), "--quiet"]) == 0
         assert comparable(run) == comparable(reference)

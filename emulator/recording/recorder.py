@@ -148,7 +148,7 @@ class Recorder:
 
     def _write_summary(self) -> None:
         try:
-            self.directory.write_summary({k: v for k, v in self.summary.items() if k != "_rows"})
+            self.directory.write_summary(on_disk(self.summary))
         except OutputError:
             pass  # a finished run's fuller summary stays as it was
         except OSError as exc:
@@ -157,6 +157,20 @@ class Recorder:
 
 
 # ---------------------------------------------------------------------------------------- figures
+FIGURES = ("rounds_completed", "rounds_failed", "sim_time_s", "bytes_down", "bytes_up", "final_test_acc",
+           "final_test_loss", "best_test_acc", "dp_epsilon", "dp_sampling", "dp_epsilon_device_max")
+
+
+def on_disk(summary: dict) -> dict:
+    """summary.json as written. While the run is going its round figures are left out (metrics.csv holds
+    the rounds as they finish): a run killed mid-way then has a summary that says "running" and nothing
+    about its rounds that metrics.csv could contradict; the final summary takes them from the rows."""
+    if summary.get("status") != "running":
+        return {k: v for k, v in summary.items() if k != "_rows"}
+    return {**{k: v for k, v in summary.items() if k not in FIGURES and k != "_rows"},
+            "rounds_on_record": "metrics.csv (the figures are added here when the run ends)"}
+
+
 def progress(rows: list[dict]) -> dict:
     """The summary's figures of the rounds on record (rows as written or as read back)."""
     evaluated = [r for r in rows if r.get("test_acc") not in (None, "")]

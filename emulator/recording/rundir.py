@@ -31,6 +31,7 @@ def default_run_dir(scenario: Scenario) -> Path:
 
 
 NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+SUMMARY_ROOM = 16 * 1024  # a summary is 1-3 KB; its atomic replacement needs room for a second copy
 
 
 class OutputError(MachineError):
@@ -166,6 +167,7 @@ class RunDirectory:
         header, rows = self.whole_metrics()
         if header and header != list(columns):
             self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], list(columns))
+        self.keep_room_for_the_summary()
         self._metrics = open(self.metrics_path, "a", newline="")
         self._writer = csv.DictWriter(self._metrics, fieldnames=list(columns), extrasaction="raise")
         if self._metrics.tell() == 0:
@@ -261,18 +263,45 @@ class RunDirectory:
         return summary if isinstance(summary, dict) else {}
 
     def write_summary(self, summary: dict) -> None:
-        """Replace summary.json atomically, never with less than a finished run's summary held."""
+        """Replace summary.json atomically, never with one that claims fewer rounds than a finished run's
+        summary held (a running summary claims none: the rounds are in metrics.csv)."""
         old = self.read_summary()
-        if old.get("status") == "completed" and int(summary.get("rounds_completed") or 0) < int(
-                old.get("rounds_completed") or 0):
+        if old.get("status") == "completed" and "rounds_completed" in summary and int(
+                summary["rounds_completed"] or 0) < int(old.get("rounds_completed") or 0):
             raise OutputError(f"{self.path}/summary.json: refusing to replace a finished run's summary "
                               f"({old.get('rounds_completed')} rounds) with one of {summary.get('rounds_completed')}")
-        write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, sort_keys=False) + "\n")
+        text = json.dumps(summary, indent=2, sort_keys=False) + "\n"
+        try:
+            write_atomic(self.path / "summary.json", text)
+        except OSError as exc:
+            if exc.errno not in NO_SPACE or not self._room.exists():
+                raise
+            self._room.unlink()  # the disk is full: the room kept for this moment is the summary's now
+            write_atomic(self.path / "summary.json", text)
+
+    # ------------------------------------------------------------------------------------------ room
+    @property
+    def _room(self) -> Path:
+        return self.path / ".summary-room"
+
+    def keep_room_for_the_summary(self) -> None:
+        """Hold SUMMARY_ROOM bytes of real blocks while the run writes, given back to the final summary if
+        the disk fills: a run stopped by a full disk still ends with a summary that says so."""
+        try:
+            with open(self._room, "wb") as handle:
+                handle.write(bytes(SUMMARY_ROOM))
+                handle.flush()
+                os.fsync(handle.fileno())
+        except OSError as exc:
+            self._room.unlink(missing_ok=True)  # no room even for this: the run will say the disk is full
+            if exc.errno not in NO_SPACE:
+                raise
 
     def close(self) -> None:
         if self._metrics is not None:
             self._metrics.close()
             self._metrics = None
+        self._room.unlink(missing_ok=True)
 
 
 def _cell(value):
