@@ -26,8 +26,8 @@ from emulator.runtime.gpu_share import GpuNeed, GpuTrial
 from emulator.runtime.grouping import largest_group
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seeded_generator,
-                                     set_torch_threads, train_locally)
+from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seed_dropout,
+                                     seeded_generator, set_torch_threads, train_locally)
 
 
 @dataclass(frozen=True)
@@ -186,7 +186,7 @@ class DeviceRunner:
         x, y = self._samples(context, job)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
-        torch.manual_seed(job.seed)  # dropout masks
+        seed_dropout(job.seed, self.device)  # dropout masks
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)

@@ -11,7 +11,6 @@ import pickle
 
 import numpy as np
 import ray
-import torch
 
 from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
@@ -34,7 +33,7 @@ from emulator.system.simulated import SECAGG_COLUMNS
 from emulator.system.stream import AsyncStream
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import seed_dropout, seeded_generator, set_torch_threads, train_locally
 from emulator.uplink.pipeline import UploadPipeline
 from emulator.uplink.secagg import SecAggCost
 
@@ -322,7 +321,7 @@ class FederatedServer:
         Its samples are charged to the simulated clock at the server's speed."""
         param_vector.load(self.model, params)
         seed = torch_seed(self.scenario.seed, "server-train", purpose)
-        torch.manual_seed(seed)
+        seed_dropout(seed)  # the server trains on the CPU
         stats = train_locally(self.model, self.server_x, self.server_y, spec, seeded_generator(seed),
                               precision=self.precision)
         self.server_samples_this_round += int(spec.samples_processed(len(self.server_y)))
