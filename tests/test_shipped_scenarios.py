@@ -168,6 +168,7 @@ ON_RAY = {
     "privacy/private_slow_tier.yaml",    # DP-FedAvg with accounting, a slow tier
     "system/trace_driven.yaml",          # availability replayed from a trace
     "worlds/latent_types.yaml",          # behaviour tied to data
+    "worlds/what_devices_get.yaml",      # evaluation on every device's own test split (a runner's pass)
 }
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.local_test import with_local_test
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.vision import DataUnavailableError, load_vision
@@ -47,7 +48,11 @@ def assemble_federation(data: DataConfig, devices: int, seed: int, types, train:
     if data.test_samples is not None and data.test_samples < len(test):  # at most test_samples
         keep = np.sort(rng(seed, "test_subset").choice(len(test), data.test_samples, replace=False))
         test = test.subset(keep)
-    return Federation.from_lists(train, test, per_device, server)
+    federation = Federation.from_lists(train, test, per_device, server)
+    if data.local_test is not None:
+        federation = with_local_test(federation, data.local_test.fraction, data.local_test.min_samples,
+                                     rng(seed, "local_test"))
+    return federation
 
 
 def _split(train: ArrayDataset, devices: int, spec, seed: int, types) -> list[np.ndarray]:

@@ -75,6 +75,9 @@ class Federation:
     device_offsets: np.ndarray  # int64, shape (devices + 1,)
     device_indices: np.ndarray  # int64 indices into train
     server_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
+    # data.local_test: device d's own test samples are local_test[local_offsets[d]:local_offsets[d + 1]]
+    local_test: ArrayDataset | None = None
+    local_offsets: np.ndarray | None = None  # int64, shape (devices + 1,)
 
     @classmethod
     def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],
@@ -106,3 +109,14 @@ class Federation:
         counts = np.zeros((self.num_devices, self.train.num_classes), dtype=np.int64)
         np.add.at(counts, (owner, self.train.y[self.device_indices]), 1)
         return counts
+
+    @property
+    def local_sizes(self) -> np.ndarray:
+        """Each device's local test samples (zeros without data.local_test)."""
+        if self.local_offsets is None:
+            return np.zeros(self.num_devices, dtype=np.int64)
+        return np.diff(self.local_offsets)
+
+    def local_owner(self) -> np.ndarray:
+        """The device each local test sample belongs to, in local_test's order."""
+        return np.repeat(np.arange(self.num_devices, dtype=np.int64), self.local_sizes)

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
 # a row's per-class test accuracies (evaluation rounds): the server puts them in the row under this key, the
 # recorder takes them out for class_accuracy.csv (never a metrics column)
 CLASS_ACCURACY = "_class_acc"
+DEVICE_EVAL = "_device_eval"  # likewise, an evaluation's per-device table for device_eval.csv
 
 
 class Source(Protocol):
@@ -85,6 +86,9 @@ class Recorder:
         class_accuracy = row.pop(CLASS_ACCURACY, None)
         if class_accuracy is not None:  # before the metrics row: a round on record has its classes
             self.directory.append_class_accuracy(r, row["sim_time_s"], class_accuracy)
+        device_eval = row.pop(DEVICE_EVAL, None)
+        if device_eval is not None:  # and its devices' scores
+            self.directory.append_device_eval(r, row["sim_time_s"], device_eval)
         self.directory.append(row)
         if self._board is not None:
             self._board.append(row)

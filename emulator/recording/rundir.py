@@ -204,6 +204,22 @@ class RunDirectory:
             handle.flush()
             os.fsync(handle.fileno())
 
+    def append_device_eval(self, round_index: int, sim_time_s: float, table: dict) -> None:
+        """One evaluation on the devices' own test splits: a row per device that has one (round, sim_time_s,
+        then the table's columns: device, samples, accuracy, loss, reported, its groups). Fsynced."""
+        path = self.path / DEVICE_EVAL_FILE
+        new = not path.exists()
+        names = list(table)
+        columns = [table[name].tolist() for name in names]
+        stamp = _cell(float(sim_time_s))
+        with open(path, "a", newline="") as handle:
+            writer = csv.writer(handle)
+            if new:
+                writer.writerow(["round", "sim_time_s", *names])
+            writer.writerows([round_index, stamp, *(_cell(v) for v in values)] for values in zip(*columns))
+            handle.flush()
+            os.fsync(handle.fileno())
+
     def write_participation(self, columns: dict) -> None:
         """One row per device: its counters (selected, reported, dropped, straggled) and profile.
 
@@ -243,6 +259,10 @@ class RunDirectory:
         if classes.exists():
             class_columns, class_rows = valid_rows(classes, _class_row_ok)
             self._rewrite(classes, [r for r in class_rows if int(r["round"]) <= round_done], class_columns)
+        devices = self.path / DEVICE_EVAL_FILE
+        if devices.exists():
+            device_columns, device_rows = valid_rows(devices, _device_row_ok)
+            self._rewrite(devices, [r for r in device_rows if int(r["round"]) <= round_done], device_columns)
         return kept
 
     @staticmethod
@@ -314,6 +334,7 @@ def _cell(value):
 
 EVENT_COLUMNS = ("round", "time_s", "device", "event")
 CLASS_ACCURACY_FILE = "class_accuracy.csv"
+DEVICE_EVAL_FILE = "device_eval.csv"
 
 
 def class_accuracy_columns(classes: int) -> list[str]:
@@ -351,6 +372,11 @@ def _event_row_ok(row: dict, _position: int) -> bool:
 
 def _class_row_ok(row: dict, _position: int) -> bool:
     return row["round"].isdigit() and row["sim_time_s"] != "" and all(_number(v) for v in row.values())
+
+
+def _device_row_ok(row: dict, _position: int) -> bool:
+    return row["round"].isdigit() and row["device"].isdigit() and all(
+        _number(v) or _is_text(v) for v in row.values())
 
 
 def valid_rows(path: Path, row_ok) -> tuple[list[str], list[dict]]:

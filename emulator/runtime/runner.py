@@ -26,8 +26,8 @@ from emulator.runtime.gpu_share import GpuNeed, GpuTrial
 from emulator.runtime.grouping import largest_group
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seed_dropout,
-                                     seeded_generator, set_torch_threads, train_locally)
+from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, evaluate_per_sample,
+                                     seed_dropout, seeded_generator, set_torch_threads, train_locally)
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,7 @@ class DeviceRunner:
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
         self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
         self._test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the test set it evaluates on
+        self._local_test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the devices' own test splits
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
@@ -146,6 +147,19 @@ class DeviceRunner:
             return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
                                      context.precision)
 
+    def evaluate_devices(self, run_key: str, context_box: list, global_params: np.ndarray,
+                         batch_size: int) -> tuple[np.ndarray, np.ndarray]:
+        """The global model on every device's local test split (data.local_test), in one pass over them all:
+        each sample's loss and correctness, in the federation's local_test order."""
+        context, model = self._run(run_key, context_box)
+        if context.key not in self._local_test:  # one run's at a time, as the central test set
+            self._local_test.clear()
+            self._local_test[context.key] = as_device_tensors(*context.federation.local_test.tensors(), self.device)
+        x, y = self._local_test[context.key]
+        param_vector.load(model, global_params)
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+            return evaluate_per_sample(model, x, y, batch_size, context.precision)
+
     def _test_set(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The run's test set as tensors on this runner's device, made once (one run's at a time)."""
         if context.key not in self._test:
@@ -173,12 +187,13 @@ class DeviceRunner:
         of it, on the card included."""
         self._runs.pop(run_key, None)
         self._test.pop(run_key, None)
+        self._local_test.pop(run_key, None)
         if self._on_device.pop(run_key, None) is not None:
             torch.cuda.empty_cache()
 
     def held_runs(self) -> list[str]:
         """The runs whose data and model this runner holds now (what `release` forgets)."""
-        return sorted(set(self._runs) | set(self._on_device) | set(self._test))
+        return sorted(set(self._runs) | set(self._on_device) | set(self._test) | set(self._local_test))
 
     def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
         """One device's local training from the global vector; its update."""

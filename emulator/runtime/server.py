@@ -16,11 +16,12 @@ from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
+from emulator.evaluation.fleet import FleetEvaluation
 from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
 from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
 from emulator.recording import bias
-from emulator.recording.recorder import CLASS_ACCURACY
+from emulator.recording.recorder import CLASS_ACCURACY, DEVICE_EVAL
 from emulator.registry import ALGORITHMS
 from emulator.runtime import inline
 from emulator.runtime.pool import RunnerPool, group_jobs
@@ -97,6 +98,10 @@ class FederatedServer:
         if is_plugin(entry.origin):  # a user's hooks are guarded and what they return is checked
             self.algorithm = GuardedAlgorithm(self.algorithm, entry.origin, entry.name, len(self.params))
         self.system = build_system(self.scenario, self.label_counts)
+        self.fleet = None  # evaluation.devices: the global model on every device's own test split
+        if self.scenario.evaluation.devices is not None:
+            self.fleet = FleetEvaluation(federation.local_owner(), federation.num_devices,
+                                         self.system.describe_devices())
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
@@ -113,7 +118,8 @@ class FederatedServer:
     def get_columns(self) -> tuple[str, ...]:
         extra = ASYNC_COLUMNS if self.asynchronous else ()
         secure = SECAGG_COLUMNS if self.secagg is not None else ()
-        return BASE_COLUMNS + extra + self.upload.columns + secure + tuple(self.algorithm.columns)
+        fleet = self.fleet.columns if self.fleet is not None else ()
+        return BASE_COLUMNS + extra + self.upload.columns + secure + fleet + tuple(self.algorithm.columns)
 
     @property
     def asynchronous(self) -> bool:
@@ -277,6 +283,8 @@ class FederatedServer:
             row["test_loss"], row["test_acc"], accuracy = self.evaluate_classes()
             row["worst_class"], row["worst_class_acc"] = bias.worst_class(accuracy)
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
+            if self.fleet is not None:
+                row.update(self._evaluate_devices())
         row.update(outcome.protocol)
         row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))
@@ -443,6 +451,15 @@ class FederatedServer:
             self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size))
         return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc), \
             bias.class_accuracy(correct, total)
+
+    def _evaluate_devices(self) -> dict:
+        """The fleet columns of this evaluation (and device_eval.csv's rows, under DEVICE_EVAL)."""
+        loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
+            self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size))
+        columns, table = self.fleet.score(loss, correct, self.system.ledger.counts["reported"])
+        if self.scenario.evaluation.devices.csv:
+            columns[DEVICE_EVAL] = table
+        return columns
 
     def get_params(self) -> np.ndarray:
         return self.params

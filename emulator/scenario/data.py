@@ -31,6 +31,14 @@ class SyntheticConfig(Strict):
         return self
 
 
+class LocalTestConfig(Strict):
+    """A test set on every device: a share of each device's own samples, held out and never trained on, on
+    which on-device evaluation (evaluation.devices) measures what that device gets from the model."""
+
+    fraction: float = Field(gt=0, le=0.5)  # of each device's samples (rounded); the rest it trains on
+    min_samples: int = Field(1, ge=1)  # a device whose share is fewer keeps all its data and has no local test
+
+
 class PartitionSettings(Strict):
     """The base of every partition scheme's config (data.partition); `scheme` names a registered one."""
 
@@ -82,6 +90,7 @@ class DataConfig(Strict):
     partition: Optional[Partition] = None
     server_set: ServerSetConfig = ServerSetConfig()
     test_samples: Optional[int] = Field(None, gt=0)
+    local_test: Optional[LocalTestConfig] = None  # a held-out test split on every device (none by default)
     options: Optional[SerializeAsAny[DatasetOptions]] = Field(None, validate_default=True)
 
     @field_validator("dataset")

@@ -41,9 +41,18 @@ class RuntimeConfig(Strict):
         return fields
 
 
+class DeviceEvaluationConfig(Strict):
+    """Evaluation on the devices' own test splits (data.local_test), every `evaluation.every` rounds: the
+    oracle, every device at once, free and outside the simulated clock (the ground truth of what the fleet
+    gets from the global model)."""
+
+    csv: bool = True  # one row per device and evaluation in device_eval.csv (metrics.csv has the statistics)
+
+
 class EvaluationConfig(Strict):
     every: int = Field(1, gt=0)
     batch_size: int = Field(1024, gt=0)
+    devices: Optional[DeviceEvaluationConfig] = None  # on the devices' own data; needs data.local_test
 
 
 class StopConfig(Strict):

@@ -89,6 +89,10 @@ class Scenario(Strict):
                                          "with system.model: simulated")
         _check_classes(self)
         _check_upload(self)
+        if self.evaluation.devices is not None and self.data.local_test is None:
+            raise ScenarioFieldError("evaluation.devices", "evaluates each device on its own test split, which needs "
+                                     "one: add data.local_test: {fraction: 0.2} (the share of each device's samples "
+                                     "held out), or remove evaluation.devices")
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self

@@ -139,6 +139,25 @@ def evaluate_by_class(model: nn.Module, inputs: torch.Tensor, labels: torch.Tens
             total.cpu().numpy().astype(np.int64))
 
 
+@torch.no_grad()
+def evaluate_per_sample(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, batch_size: int,
+                        precision: str = "fp32") -> tuple[np.ndarray, np.ndarray]:
+    """Each sample's cross-entropy (float64) and whether the model classifies it right: what per-device
+    scores are summed from, in one pass over many devices' small test sets at once."""
+    model.eval()
+    losses, rights = [], []
+    for start in range(0, len(labels), batch_size):
+        x, y = inputs[start:start + batch_size], labels[start:start + batch_size]
+        x = numerics.prepare_inputs(x, model, precision)
+        with numerics.autocast(precision, inputs.device):
+            logits = model(x)
+        losses.append(F.cross_entropy(logits.float(), y, reduction="none").double().cpu())
+        rights.append((logits.argmax(1) == y).cpu())
+    if not losses:
+        return np.zeros(0, np.float64), np.zeros(0, bool)
+    return torch.cat(losses).numpy(), torch.cat(rights).numpy()
+
+
 def set_torch_threads(torch_threads: int | None) -> int:
     """Fix this process's torch intra-op thread count: `runtime.torch_threads`, else 1. Returns it.
 

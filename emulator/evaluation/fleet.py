@@ -1,0 +1,115 @@
+"""Fleet statistics of per-device accuracy, named as the papers name them.
+
+The papers differ in what "fairness" reports: LEAF gives the 10th / 50th / 90th percentile of device
+accuracy; q-FFL (Li et al., ICLR 2020) the mean of the worst 10% of devices and the spread (standard
+deviation) across devices; FedAvg-style papers the sample-weighted accuracy, which is the accuracy on all
+the devices' test samples pooled. Each column below is one of them, over the devices that have a local test
+set; devices without one are counted (`devices_without_local_test`), never scored as 0."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+FLEET_COLUMNS = ("device_acc_mean", "device_acc_weighted", "device_acc_p10", "device_acc_p50", "device_acc_p90",
+                 "device_acc_worst10", "device_acc_std", "device_acc_reported", "device_acc_never_reported",
+                 "devices_never_reported")
+GROUPING = ("compute_tier", "network_tier", "timezone_h", "type")  # participation.csv columns devices group by
+MAX_GROUPS = 12  # a column with more distinct values (a continuous one) is not a grouping
+
+
+def device_scores(owner: np.ndarray, loss: np.ndarray, correct: np.ndarray, devices: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per device: its local test samples, accuracy and mean loss (NaN for a device without samples), from
+    per-sample loss and correctness and each sample's owner."""
+    samples = np.bincount(owner, minlength=devices).astype(np.int64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        accuracy = np.bincount(owner, weights=correct.astype(np.float64), minlength=devices) / samples
+        mean_loss = np.bincount(owner, weights=loss.astype(np.float64), minlength=devices) / samples
+    return samples, accuracy, mean_loss
+
+
+def worst_share_mean(accuracy: np.ndarray, share: float = 0.1) -> float:
+    """The mean accuracy of the worst `share` of devices (at least one device): q-FFL's "worst 10%"."""
+    count = max(1, int(math.ceil(share * len(accuracy))))
+    return float(np.mean(np.sort(accuracy)[:count]))
+
+
+def fleet_statistics(samples: np.ndarray, accuracy: np.ndarray, reported: np.ndarray) -> dict:
+    """metrics.csv's fleet columns from per-device `samples` and `accuracy` (NaN where no local test) and
+    how many times each device has reported so far. None where a statistic has no devices."""
+    scored = samples > 0
+    acc = accuracy[scored]
+    row = dict.fromkeys(FLEET_COLUMNS)
+    never = reported[scored] == 0
+    row["devices_never_reported"] = int(np.sum(reported == 0))
+    if not len(acc):
+        return row
+    p10, p50, p90 = np.percentile(acc, [10, 50, 90])
+    row.update({
+        "device_acc_mean": float(np.mean(acc)),
+        "device_acc_weighted": float(np.sum(acc * samples[scored]) / np.sum(samples[scored])),
+        "device_acc_p10": float(p10), "device_acc_p50": float(p50), "device_acc_p90": float(p90),
+        "device_acc_worst10": worst_share_mean(acc),
+        "device_acc_std": float(np.std(acc)),
+        "device_acc_reported": float(np.mean(acc[~never])) if np.any(~never) else None,
+        "device_acc_never_reported": float(np.mean(acc[never])) if np.any(never) else None,
+    })
+    return row
+
+
+def groupings(describe: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The per-device columns (of participation.csv's) that split the fleet into a few groups."""
+    found = {}
+    for name in GROUPING:
+        values = describe.get(name)
+        if values is not None and 1 < len(np.unique(values)) <= MAX_GROUPS:
+            found[name] = np.asarray(values)
+    return found
+
+
+def group_columns(groups: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """metrics.csv's names for the mean device accuracy of each group: device_acc_<column>_<value>."""
+    return tuple(f"device_acc_{name}_{_label(value)}" for name, values in groups.items()
+                 for value in np.unique(values))
+
+
+def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.ndarray]) -> dict:
+    """The mean device accuracy of each group (None for a group none of whose devices has a local test)."""
+    row = {}
+    scored = samples > 0
+    for name, values in groups.items():
+        for value in np.unique(values):
+            members = scored & (values == value)
+            row[f"device_acc_{name}_{_label(value)}"] = float(np.mean(accuracy[members])) if members.any() else None
+    return row
+
+
+def _label(value) -> str:
+    if isinstance(value, (float, np.floating)) and float(value).is_integer():
+        value = int(value)
+    return str(value).replace(" ", "_")
+
+
+class FleetEvaluation:
+    """Scores one evaluation of the global model on every device's local test split: metrics.csv's fleet
+    and group columns, and device_eval.csv's rows (devices without a local test are left out of both)."""
+
+    def __init__(self, owner: np.ndarray, devices: int, describe: dict[str, np.ndarray]):
+        self.owner, self.devices = owner, devices
+        self.groups = groupings(describe)
+
+    @property
+    def columns(self) -> tuple[str, ...]:
+        return FLEET_COLUMNS + group_columns(self.groups)
+
+    def score(self, loss: np.ndarray, correct: np.ndarray, reported: np.ndarray) -> tuple[dict, dict]:
+        """(metrics columns, device_eval.csv's columns) from each local test sample's loss and correctness
+        and each device's report count so far."""
+        samples, accuracy, mean_loss = device_scores(self.owner, loss, correct, self.devices)
+        row = {**fleet_statistics(samples, accuracy, reported), **group_means(samples, accuracy, self.groups)}
+        scored = np.flatnonzero(samples > 0)
+        table = {"device": scored, "samples": samples[scored], "accuracy": accuracy[scored],
+                 "loss": mean_loss[scored], "reported": np.asarray(reported)[scored],
+                 **{name: values[scored] for name, values in self.groups.items()}}
+        return row, table

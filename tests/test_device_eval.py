@@ -1,0 +1,170 @@
+"""What each device gets: its own test split (data.local_test), the oracle evaluation of the global model on
+every device's split (evaluation.devices), device_eval.csv and the fleet statistics in metrics.csv."""
+from __future__ import annotations
+
+import csv
+import math
+
+import numpy as np
+import pytest
+import yaml
+from conftest import STATEFUL, small_scenario
+
+from emulator.cli import main
+from emulator.data import build_federation
+from emulator.data.local_test import carve_local_test, held_out
+from emulator.driver import resume_run, run_scenario
+from emulator.evaluation.fleet import device_scores, fleet_statistics, worst_share_mean
+from emulator.models.zoo import build_model
+from emulator.params import load as load_params
+from emulator.parts import validate_scenario
+from emulator.recording import checkpoint as checkpoints
+from emulator.recording.rundir import read_metrics
+from emulator.seeding import torch_seed
+from emulator.training.local import evaluate_by_class
+
+LOCAL_TEST = {"data.local_test": {"fraction": 0.25, "min_samples": 2}}
+ORACLE = {**LOCAL_TEST, "evaluation.devices": {}}
+
+
+def _rows(path):
+    with open(path, newline="") as handle:
+        return list(csv.DictReader(handle))
+
+
+# ------------------------------------------------------------------------------------------ the split
+def test_each_device_holds_out_a_seeded_share_of_its_own_samples_and_trains_on_the_rest():
+    rng = np.random.default_rng(0)
+    sizes = np.array([0, 1, 3, 4, 10, 57, 200])
+    offsets = np.concatenate([[0], np.cumsum(sizes)])
+    indices = rng.permutation(sizes.sum()) + 1000
+    train_offsets, train, test_offsets, test = carve_local_test(offsets, indices, 0.25, 2,
+                                                                np.random.default_rng(7))
+    # 0 and 1 sample: nothing to hold out; 3 and 4: round(0.25 x n) = 1 < min_samples 2, so none either
+    assert np.diff(test_offsets).tolist() == [0, 0, 0, 0, 2, 14, 50] == held_out(sizes, 0.25, 2).tolist()
+    for d in range(len(sizes)):
+        mine = indices[offsets[d]:offsets[d + 1]]
+        kept, held = train[train_offsets[d]:train_offsets[d + 1]], test[test_offsets[d]:test_offsets[d + 1]]
+        assert not set(kept) & set(held) and sorted([*kept, *held]) == sorted(mine)  # disjoint, nothing lost
+        order = {v: i for i, v in enumerate(mine)}  # both keep the device's own order
+        assert [order[v] for v in kept] == sorted(order[v] for v in kept)
+        assert [order[v] for v in held] == sorted(order[v] for v in held)
+    again = carve_local_test(offsets, indices, 0.25, 2, np.random.default_rng(7))
+    other = carve_local_test(offsets, indices, 0.25, 2, np.random.default_rng(8))
+    assert np.array_equal(again[3], test) and not np.array_equal(other[3], test)  # a function of the seed
+
+
+def test_held_out_samples_are_random_within_each_device():
+    """Over many seeds every sample of a device is held out about equally often (fraction of the time)."""
+    offsets, indices = np.array([0, 40]), np.arange(40)
+    counts = np.zeros(40)
+    for seed in range(400):
+        counts[carve_local_test(offsets, indices, 0.25, 1, np.random.default_rng(seed))[3]] += 1
+    assert abs(counts.mean() - 100) < 1e-9 and counts.min() > 60 and counts.max() < 140
+
+
+def test_the_federation_carves_the_local_test_from_the_training_data_and_nothing_else_moves():
+    plain = validate_scenario(small_scenario())
+    split = validate_scenario(small_scenario(**LOCAL_TEST))
+    before = build_federation(plain.data, 40, plain.seed)
+    after = build_federation(split.data, 40, split.seed)
+    assert after.local_test is not None and before.local_test is None
+    assert np.array_equal(after.sizes + after.local_sizes, before.sizes)
+    assert after.local_sizes.sum() == len(after.local_test) > 0
+    for d in range(40):  # the held-out samples are this device's own, never in its training data
+        own = before.train.y[before.device_samples(d)]
+        held = after.local_test.y[after.local_offsets[d]:after.local_offsets[d + 1]]
+        trained = after.train.y[after.device_samples(d)]
+        assert sorted([*held, *trained]) == sorted(own)
+    assert np.array_equal(after.test.y, before.test.y)  # the central test set is untouched
+
+
+# ------------------------------------------------------------------------------------- the statistics
+def test_fleet_statistics_follow_their_definitions():
+    owner = np.array([0, 0, 0, 0, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3])
+    correct = np.array([1, 1, 1, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0], dtype=bool)
+    loss = np.arange(16, dtype=np.float64)
+    samples, accuracy, mean_loss = device_scores(owner, loss, correct, 5)
+    assert samples.tolist() == [4, 2, 0, 10, 0]
+    assert accuracy[[0, 1, 3]].tolist() == [0.75, 0.5, 0.8] and math.isnan(accuracy[2])
+    assert mean_loss[1] == 4.5
+    row = fleet_statistics(samples, accuracy, reported=np.array([3, 0, 0, 1, 0]))
+    assert row["device_acc_mean"] == pytest.approx((0.75 + 0.5 + 0.8) / 3)
+    assert row["device_acc_weighted"] == pytest.approx(12 / 16)  # the pooled accuracy: 3 + 1 + 8 of 16
+    assert row["device_acc_worst10"] == 0.5  # ceil(10% of 3) = 1 device: the worst
+    assert row["device_acc_p50"] == pytest.approx(0.75)
+    assert row["device_acc_std"] == pytest.approx(np.std([0.75, 0.5, 0.8]))
+    assert row["device_acc_never_reported"] == 0.5 and row["device_acc_reported"] == pytest.approx(0.775)
+    assert row["devices_never_reported"] == 3  # devices without a local test count too
+    assert worst_share_mean(np.array([0.9, 0.1, 0.5, 0.3] * 5), 0.1) == 0.1  # 2 of 20 devices, both 0.1
+
+
+# --------------------------------------------------------------------------------------- whole runs
+def test_device_eval_csv_holds_what_each_device_gets_recomputed_from_the_saved_model(tmp_path):
+    scenario = validate_scenario(small_scenario(**ORACLE, **{"evaluation.every": 2, "model": "mlp"}))
+    result = run_scenario(scenario, tmp_path / "run")
+    rows = _rows(result.path / "device_eval.csv")
+    assert {r["round"] for r in rows} == {"2", "4"}
+    final = [r for r in rows if r["round"] == "4"]
+    federation = build_federation(scenario.data, 40, scenario.seed)
+    assert [int(r["device"]) for r in final] == np.flatnonzero(federation.local_sizes).tolist()
+
+    # the independent path: the final checkpoint's model, each device's own split, evaluated directly
+    found, _ = checkpoints.latest(result.path)
+    model = build_model("mlp", federation.train.input_shape, federation.train.num_classes,
+                        torch_seed(scenario.seed, "model-init"), scenario.model.options())
+    load_params(model, found.state["params"])
+    for r in final:
+        d = int(r["device"])
+        x, y = federation.local_test.tensors(np.arange(federation.local_offsets[d], federation.local_offsets[d + 1]))
+        loss, accuracy, _, _ = evaluate_by_class(model, x, y, 1024, federation.train.num_classes)
+        assert int(r["samples"]) == len(y)
+        # float32 logits of a device's samples batched with others' differ in the last bits from alone
+        assert float(r["accuracy"]) == accuracy and float(r["loss"]) == pytest.approx(loss, rel=1e-6)
+    assert len({r["accuracy"] for r in final}) > 3  # devices differ: a comparison of constants would prove nothing
+
+    metrics = read_metrics(result.path)[-1]
+    samples = np.array([int(r["samples"]) for r in final])
+    accuracy = np.array([float(r["accuracy"]) for r in final])
+    assert float(metrics["device_acc_mean"]) == pytest.approx(accuracy.mean())
+    assert float(metrics["device_acc_weighted"]) == pytest.approx((accuracy * samples).sum() / samples.sum())
+    participation = {int(r["device"]): int(r["reported"]) for r in _rows(result.path / "participation.csv")}
+    assert all(int(r["reported"]) == participation[int(r["device"])] for r in final)
+
+
+def test_the_oracle_is_outside_the_clock_training_metrics_are_the_same_with_it_on(tmp_path):
+    """The rule (docs/scenarios.md): the oracle evaluation costs no simulated time or bytes and draws no
+    randomness, so switching it on leaves every training column as it was."""
+    off = run_scenario(validate_scenario(small_scenario(**LOCAL_TEST, **STATEFUL)), tmp_path / "off")
+    on = run_scenario(validate_scenario(small_scenario(**ORACLE, **STATEFUL)), tmp_path / "on")
+    a, b = read_metrics(off.path), read_metrics(on.path)
+    assert [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in a] == \
+        [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in b]
+    assert all(b_row["device_acc_mean"] != "" for b_row in b) and "device_acc_mean" not in a[0]
+
+
+def test_a_resumed_run_has_the_device_eval_of_an_uninterrupted_one(tmp_path):
+    overrides = {**ORACLE, **STATEFUL}
+    reference = run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "reference")
+
+    def stop(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # after round 5: the checkpoint is round 4's, round 5 runs again
+        run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "run", on_round=stop)
+    resume_run(tmp_path / "run")
+    assert (tmp_path / "run" / "device_eval.csv").read_text() == (reference.path / "device_eval.csv").read_text()
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({"data.local_test": {"fraction": 0.7}}, "data.local_test.fraction"),
+    ({"data.local_test": {"fraction": 0.2, "min_samples": 0}}, "data.local_test.min_samples"),
+    ({"evaluation.devices": {}}, "evaluation.devices"),
+])
+def test_bad_device_evaluation_settings_exit_2_naming_the_field(tmp_path, capsys, overrides, field):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(**overrides)))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err, err
