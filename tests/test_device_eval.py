@@ -168,3 +168,79 @@ def test_bad_device_evaluation_settings_exit_2_naming_the_field(tmp_path, capsys
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err, err
+
+
+# ------------------------------------------------------------------------------- sampled, on the clock
+def _sampled_against_oracle(result) -> tuple[np.ndarray, np.ndarray]:
+    """Per evaluation: the sampled mean minus the oracle's device mean, and the sampled mean's standard error
+    (a sample of n devices without replacement from the N with a local test: sd / sqrt(n) x sqrt(1 - n/N))."""
+    rows = _rows(result.path / "device_eval.csv")
+    gaps, errors = [], []
+    for r in sorted({row["round"] for row in rows}, key=int):
+        every = np.array([float(x["accuracy"]) for x in rows if x["round"] == r])
+        asked = np.array([float(x["accuracy"]) for x in rows if x["round"] == r and x["answered"] == "1"])
+        gaps.append(asked.mean() - every.mean())
+        errors.append(every.std(ddof=1) / np.sqrt(len(asked)) * np.sqrt(1 - len(asked) / len(every)))
+    return np.array(gaps), np.array(errors)
+
+
+def test_in_an_always_online_world_the_sample_estimates_the_oracle_without_bias(tmp_path):
+    scenario = validate_scenario(small_scenario(**LOCAL_TEST, **{
+        "rounds": 12, "population.devices": 120, "evaluation.devices": {"sample": 30},
+        "data.partition": {"scheme": "dirichlet", "alpha": 0.1}}))
+    result = run_scenario(scenario, tmp_path / "run")
+    gaps, errors = _sampled_against_oracle(result)
+    metrics = read_metrics(result.path)
+    assert all(m["sampled_answered"] == "30" and m["sampled_dropped"] == "0" for m in metrics)
+    assert errors.min() > 0.01  # devices differ, so a sample could miss
+    assert abs(gaps.sum()) / np.sqrt((errors ** 2).sum()) < 3  # the pooled gap is within sampling error
+
+
+def test_when_the_devices_that_are_offline_hold_other_data_the_sample_misleads_and_the_oracle_says_by_how_much(
+        tmp_path):
+    """The devices whose data is mostly classes 0-4 are never online: they never train and are never asked,
+    so the model serves them badly and the devices a server can ask overstate what the fleet gets."""
+    scenario = validate_scenario(small_scenario(**LOCAL_TEST, **{
+        "rounds": 8, "population.devices": 120, "evaluation.devices": {"sample": 30},
+        "data.partition": {"scheme": "dirichlet", "alpha": 0.1},
+        "population.availability": [{"kind": "always", "name": "on", "share": 0.5},
+                                    {"kind": "never", "name": "off", "share": 0.5}],
+        "population.ties": [{"by": "label_group", "groups": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]],
+                             "sets": "availability", "values": ["off", "on"]}],
+        "algorithm.clients_per_round": 8, "system.min_report_fraction": 0.5}))
+    result = run_scenario(scenario, tmp_path / "run")
+    gaps, errors = _sampled_against_oracle(result)
+    assert (gaps > 3 * errors).all(), (gaps, errors)  # every evaluation overstates, beyond sampling error
+    last = read_metrics(result.path)[-1]
+    assert float(last["device_acc_never_reported"]) < float(last["device_acc_reported"]) - 0.1
+
+
+def test_asking_devices_on_the_clock_leaves_training_as_it_was_and_is_priced_apart(tmp_path):
+    overrides = {**LOCAL_TEST, **STATEFUL, "population.dropout_per_hour": 20.0,
+                 "population.compute": {"kind": "lognormal", "median_s_per_sample": 2.0, "sigma": 1.0}}
+    off = run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "off")
+    on = run_scenario(validate_scenario(small_scenario(**overrides, **{
+        "evaluation.devices": {"oracle": False, "sample": 12, "deadline_s": 20}})), tmp_path / "on")
+    a, b = read_metrics(off.path), read_metrics(on.path)
+    assert [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in a] == \
+        [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in b]
+    assert "device_acc_mean" not in b[0]  # no oracle asked for
+    assert sum(int(r["sampled_dropped"]) for r in b) > 0  # devices drop out of evaluations too (20 an hour)
+    assert sum(int(r["sampled_late"]) for r in b) > 0  # and slow ones miss its deadline
+    assert all(0 < float(r["eval_span_s"]) <= 20 and int(r["eval_bytes_down"]) > 0 for r in b)
+    rows = _rows(on.path / "device_eval.csv")  # without the oracle: only the devices that answered
+    assert rows and all(r["answered"] == "1" for r in rows)
+    assert all(sum(1 for x in rows if x["round"] == m["round"]) == int(m["sampled_answered"]) for m in b)
+
+
+@pytest.mark.parametrize(("overrides", "field"), [
+    ({**LOCAL_TEST, "evaluation.devices": {"sample": 41}}, "evaluation.devices.sample"),
+    ({**LOCAL_TEST, "evaluation.devices": {"oracle": False}}, "evaluation.devices"),
+    ({**LOCAL_TEST, "evaluation.devices": {"sample": 5}, "system.model": "ideal"}, "evaluation.devices.sample"),
+])
+def test_bad_sampled_evaluation_settings_exit_2_naming_the_field(tmp_path, capsys, overrides, field):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(small_scenario(**overrides)))
+    assert main(["validate", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert field in err and "Traceback" not in err, err

@@ -91,25 +91,66 @@ def _label(value) -> str:
     return str(value).replace(" ", "_")
 
 
-class FleetEvaluation:
-    """Scores one evaluation of the global model on every device's local test split: metrics.csv's fleet
-    and group columns, and device_eval.csv's rows (devices without a local test are left out of both)."""
+SAMPLED_COLUMNS = ("sampled_acc_mean", "sampled_acc_weighted", "sampled_acc_p10", "sampled_asked",
+                   "sampled_answered", "sampled_dropped", "sampled_late", "eval_span_s", "eval_bytes_down",
+                   "eval_bytes_up")
 
-    def __init__(self, owner: np.ndarray, devices: int, describe: dict[str, np.ndarray]):
-        self.owner, self.devices = owner, devices
+
+def sampled_statistics(samples: np.ndarray, accuracy: np.ndarray, answered: np.ndarray, outcome) -> dict:
+    """metrics.csv's columns of a sampled evaluation: the estimates a server gets from the devices that
+    answered (the device mean, sample-weighted and 10th percentile), who was asked and what it cost."""
+    row = dict.fromkeys(SAMPLED_COLUMNS)
+    row.update({"sampled_asked": len(outcome.asked), "sampled_answered": len(answered),
+                "sampled_dropped": outcome.dropped, "sampled_late": outcome.late, "eval_span_s": outcome.span_s,
+                "eval_bytes_down": outcome.bytes_down, "eval_bytes_up": outcome.bytes_up})
+    if len(answered):
+        acc, n = accuracy[answered], samples[answered]
+        row.update({"sampled_acc_mean": float(np.mean(acc)),
+                    "sampled_acc_weighted": float(np.sum(acc * n) / np.sum(n)),
+                    "sampled_acc_p10": float(np.percentile(acc, 10))})
+    return row
+
+
+class FleetEvaluation:
+    """Scores one evaluation of the global model on the devices' local test splits: metrics.csv's columns
+    (the oracle's fleet and group statistics over every device, the sampled estimate over the devices that
+    answered) and device_eval.csv's rows (the devices scored; none without a local test)."""
+
+    def __init__(self, local_sizes: np.ndarray, describe: dict[str, np.ndarray], oracle: bool = True,
+                 sample: bool = False):
+        self.local_sizes, self.devices = local_sizes, len(local_sizes)
         self.groups = groupings(describe)
+        self.oracle, self.sample = oracle, sample
 
     @property
     def columns(self) -> tuple[str, ...]:
-        return FLEET_COLUMNS + group_columns(self.groups)
+        oracle = FLEET_COLUMNS + group_columns(self.groups) if self.oracle else ()
+        return oracle + (SAMPLED_COLUMNS if self.sample else ())
 
-    def score(self, loss: np.ndarray, correct: np.ndarray, reported: np.ndarray) -> tuple[dict, dict]:
-        """(metrics columns, device_eval.csv's columns) from each local test sample's loss and correctness
-        and each device's report count so far."""
-        samples, accuracy, mean_loss = device_scores(self.owner, loss, correct, self.devices)
-        row = {**fleet_statistics(samples, accuracy, reported), **group_means(samples, accuracy, self.groups)}
+    def scored_devices(self, outcome=None) -> np.ndarray | None:
+        """Whose splits to evaluate: every device's (None) with the oracle, else those that answered."""
+        return None if self.oracle else outcome.answered
+
+    def owner(self, devices: np.ndarray | None) -> np.ndarray:
+        """The device of each sample the runner evaluates for `devices` (None: all, in device order)."""
+        devices = np.arange(self.devices) if devices is None else np.asarray(devices, np.int64)
+        return np.repeat(devices, self.local_sizes[devices])
+
+    def score(self, devices: np.ndarray | None, loss: np.ndarray, correct: np.ndarray, reported: np.ndarray,
+              outcome=None) -> tuple[dict, dict]:
+        """(metrics columns, device_eval.csv's columns) from each evaluated sample's loss and correctness (for
+        `devices`, None: all), each device's report count so far and the sampled evaluation's outcome."""
+        samples, accuracy, mean_loss = device_scores(self.owner(devices), loss, correct, self.devices)
+        row = {}
+        if self.oracle:
+            row.update(fleet_statistics(samples, accuracy, reported))
+            row.update(group_means(samples, accuracy, self.groups))
         scored = np.flatnonzero(samples > 0)
         table = {"device": scored, "samples": samples[scored], "accuracy": accuracy[scored],
-                 "loss": mean_loss[scored], "reported": np.asarray(reported)[scored],
-                 **{name: values[scored] for name, values in self.groups.items()}}
+                 "loss": mean_loss[scored], "reported": np.asarray(reported)[scored]}
+        if self.sample:
+            answered = np.sort(outcome.answered)
+            row.update(sampled_statistics(samples, accuracy, answered, outcome))
+            table["answered"] = np.isin(scored, answered).astype(np.int64)
+        table.update({name: values[scored] for name, values in self.groups.items()})
         return row, table

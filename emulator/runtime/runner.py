@@ -147,15 +147,20 @@ class DeviceRunner:
             return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
                                      context.precision)
 
-    def evaluate_devices(self, run_key: str, context_box: list, global_params: np.ndarray,
-                         batch_size: int) -> tuple[np.ndarray, np.ndarray]:
-        """The global model on every device's local test split (data.local_test), in one pass over them all:
-        each sample's loss and correctness, in the federation's local_test order."""
+    def evaluate_devices(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+                         devices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """The global model on the local test splits (data.local_test) of `devices` (None: every device), in
+        one pass over them all: each sample's loss and correctness, device after device."""
         context, model = self._run(run_key, context_box)
         if context.key not in self._local_test:  # one run's at a time, as the central test set
             self._local_test.clear()
             self._local_test[context.key] = as_device_tensors(*context.federation.local_test.tensors(), self.device)
         x, y = self._local_test[context.key]
+        if devices is not None:
+            offsets = context.federation.local_offsets
+            rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in devices] or [np.zeros(0, np.int64)])
+            index = torch.from_numpy(rows).to(x.device)
+            x, y = x[index], y[index]
         param_vector.load(model, global_params)
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
             return evaluate_per_sample(model, x, y, batch_size, context.precision)

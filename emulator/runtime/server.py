@@ -30,6 +30,7 @@ from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import rng, torch_seed
 from emulator.system import CohortRequest, SimulatedSystem, build_system
 from emulator.system.base import RoundOutcome, SecureAggregation
+from emulator.system.device_evaluation import evaluate_sample
 from emulator.system.simulated import SECAGG_COLUMNS
 from emulator.system.stream import AsyncStream
 from emulator.training import cohort
@@ -100,8 +101,9 @@ class FederatedServer:
         self.system = build_system(self.scenario, self.label_counts)
         self.fleet = None  # evaluation.devices: the global model on every device's own test split
         if self.scenario.evaluation.devices is not None:
-            self.fleet = FleetEvaluation(federation.local_owner(), federation.num_devices,
-                                         self.system.describe_devices())
+            config = self.scenario.evaluation.devices
+            self.fleet = FleetEvaluation(federation.local_sizes, self.system.describe_devices(), config.oracle,
+                                         config.sample is not None)
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
@@ -284,7 +286,7 @@ class FederatedServer:
             row["worst_class"], row["worst_class_acc"] = bias.worst_class(accuracy)
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
             if self.fleet is not None:
-                row.update(self._evaluate_devices())
+                row.update(self._evaluate_devices(r, outcome.end_s))
         row.update(outcome.protocol)
         row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))
@@ -452,12 +454,21 @@ class FederatedServer:
         return (None if math.isnan(loss) else loss), (None if math.isnan(acc) else acc), \
             bias.class_accuracy(correct, total)
 
-    def _evaluate_devices(self) -> dict:
-        """The fleet columns of this evaluation (and device_eval.csv's rows, under DEVICE_EVAL)."""
+    def _evaluate_devices(self, r: int, now_s: float) -> dict:
+        """This evaluation on the devices' own splits: the oracle's and the sampled devices' columns (and
+        device_eval.csv's rows, under DEVICE_EVAL). The sample is asked at the round's end, on its own
+        budget and random stream (emulator/system/device_evaluation.py)."""
+        config, outcome = self.scenario.evaluation.devices, None
+        if config.sample is not None:
+            deadline = config.deadline_s if config.deadline_s is not None else self.scenario.system.deadline_s
+            outcome = evaluate_sample(self.system, now_s, config.sample, self.fleet.local_sizes, self.model_bytes,
+                                      deadline, rng(self.scenario.seed, "device-evaluation", r))
+        devices = self.fleet.scored_devices(outcome)
         loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
-            self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size))
-        columns, table = self.fleet.score(loss, correct, self.system.ledger.counts["reported"])
-        if self.scenario.evaluation.devices.csv:
+            self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
+            devices))
+        columns, table = self.fleet.score(devices, loss, correct, self.system.ledger.counts["reported"], outcome)
+        if config.csv:
             columns[DEVICE_EVAL] = table
         return columns
 

@@ -43,9 +43,12 @@ class RuntimeConfig(Strict):
 
 class DeviceEvaluationConfig(Strict):
     """Evaluation on the devices' own test splits (data.local_test), every `evaluation.every` rounds: the
-    oracle, every device at once, free and outside the simulated clock (the ground truth of what the fleet
-    gets from the global model)."""
+    oracle (every device, free, outside the simulated clock: the ground truth of what the fleet gets from
+    the global model) and/or a sample of the devices online, asked on the clock (what a real server sees)."""
 
+    oracle: bool = True
+    sample: Optional[int] = Field(None, gt=0)  # devices asked each evaluation, drawn from those online
+    deadline_s: Optional[float] = Field(None, gt=0)  # answers after this are late (default: system.deadline_s)
     csv: bool = True  # one row per device and evaluation in device_eval.csv (metrics.csv has the statistics)
 
 

@@ -89,13 +89,29 @@ class Scenario(Strict):
                                          "with system.model: simulated")
         _check_classes(self)
         _check_upload(self)
-        if self.evaluation.devices is not None and self.data.local_test is None:
-            raise ScenarioFieldError("evaluation.devices", "evaluates each device on its own test split, which needs "
-                                     "one: add data.local_test: {fraction: 0.2} (the share of each device's samples "
-                                     "held out), or remove evaluation.devices")
+        if self.evaluation.devices is not None:
+            _check_device_evaluation(self)
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self
+
+
+def _check_device_evaluation(scenario) -> None:
+    devices = scenario.evaluation.devices
+    if scenario.data.local_test is None:
+        raise ScenarioFieldError("evaluation.devices", "evaluates each device on its own test split, which needs "
+                                 "one: add data.local_test: {fraction: 0.2} (the share of each device's samples "
+                                 "held out), or remove evaluation.devices")
+    if not devices.oracle and devices.sample is None:
+        raise ScenarioFieldError("evaluation.devices", "oracle: false and no sample leaves nothing to evaluate: set "
+                                 "sample: N (devices asked on the clock) or keep oracle: true")
+    if devices.sample is not None and devices.sample > scenario.population.devices:
+        raise ScenarioFieldError("evaluation.devices.sample", f"{devices.sample} devices asked, but the population "
+                                 f"has {scenario.population.devices}; ask at most that many")
+    if devices.sample is not None and scenario.system.model != "simulated":
+        raise ScenarioFieldError("evaluation.devices.sample", "asking devices on the clock needs the simulated world "
+                                 "(who is online, how fast, who drops): set system.model: simulated, or use the "
+                                 "oracle alone (remove sample)")
 
 
 def _check_upload(scenario) -> None:
