@@ -244,3 +244,24 @@ def test_bad_sampled_evaluation_settings_exit_2_naming_the_field(tmp_path, capsy
     assert main(["validate", str(path)]) == 2
     err = capsys.readouterr().err
     assert field in err and "Traceback" not in err, err
+
+
+def test_the_report_draws_what_each_device_gets_when_the_runs_have_it(tmp_path):
+    from emulator.analysis.device_plots import last_device_accuracy
+    from emulator.analysis.runs import load_run
+
+    with_devices = run_scenario(validate_scenario(small_scenario(**LOCAL_TEST, **{
+        "evaluation.devices": {"sample": 10}, "population.compute": {
+            "kind": "tiers", "tiers": [{"share": 0.5, "s_per_sample": 0.01}, {"share": 0.5, "s_per_sample": 0.1}]}})),
+        tmp_path / "with")
+    plain = run_scenario(validate_scenario(small_scenario(seed=4)), tmp_path / "plain")
+    last = [r for r in _rows(with_devices.path / "device_eval.csv") if r["round"] == "4"]
+    assert sorted(last_device_accuracy(load_run(with_devices.path))) == sorted(float(r["accuracy"]) for r in last)
+    assert "device_acc_compute_tier_1" in read_metrics(with_devices.path)[0]
+
+    assert main(["report", str(with_devices.path), str(plain.path), "--out", str(tmp_path / "report")]) == 0
+    report = (tmp_path / "report" / "report.md").read_text()
+    for stem in ("device_accuracy_cdf", "device_accuracy_groups"):
+        assert (tmp_path / "report" / f"{stem}.png").stat().st_size > 10_000 and f"{stem}.png" in report
+    assert main(["report", str(plain.path), "--out", str(tmp_path / "plain-report")]) == 0
+    assert not (tmp_path / "plain-report" / "device_accuracy_cdf.png").exists()  # nothing to draw: no figure

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from emulator.analysis import plots
+from emulator.analysis import device_plots, plots
 from emulator.analysis.figure_style import figure_formats, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, load_runs, select_runs
@@ -164,6 +164,10 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
         ("Label mix of the reports against the population",
          plots.label_tv_figure(groups, out / "label_tv.png", width)),
         ("Test accuracy per class", plots.class_accuracy_figure(groups, out / "class_accuracy.png", width)),
+        ("What each device gets: accuracy on its own test split, last evaluation",
+         device_plots.device_cdf_figure(groups, out / "device_accuracy_cdf.png", width)),
+        ("What each device gets, by group, over simulated time",
+         device_plots.device_groups_figure(groups, out / "device_accuracy_groups.png", width)),
     ]
     lines = [f"# {title}", ""]
     used, left_out = sum(map(len, groups.values())), len(selection.incomplete) + len(selection.duplicates)
