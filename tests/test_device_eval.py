@@ -220,7 +220,8 @@ def test_asking_devices_on_the_clock_leaves_training_as_it_was_and_is_priced_apa
                  "population.compute": {"kind": "lognormal", "median_s_per_sample": 2.0, "sigma": 1.0}}
     off = run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "off")
     on = run_scenario(validate_scenario(small_scenario(**overrides, **{
-        "evaluation.devices": {"oracle": False, "sample": 12, "deadline_s": 20}})), tmp_path / "on")
+        "evaluation.devices": {"oracle": False, "sample": 12, "deadline_s": 20, "finetune": {"steps": 2}}})),
+        tmp_path / "on")
     a, b = read_metrics(off.path), read_metrics(on.path)
     assert [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in a] == \
         [{k: r[k] for k in a[0] if k != "wall_time_s"} for r in b]
@@ -265,3 +266,35 @@ def test_the_report_draws_what_each_device_gets_when_the_runs_have_it(tmp_path):
         assert (tmp_path / "report" / f"{stem}.png").stat().st_size > 10_000 and f"{stem}.png" in report
     assert main(["report", str(plain.path), "--out", str(tmp_path / "plain-report")]) == 0
     assert not (tmp_path / "plain-report" / "device_accuracy_cdf.png").exists()  # nothing to draw: no figure
+
+
+def test_fine_tune_then_evaluate_scores_each_device_after_adapting_the_model_to_its_own_data(tmp_path):
+    """Recomputed by an independent path for a few devices: the final model, trained on the device's own
+    data with its seed (seed, finetune, round, device), evaluated on its split."""
+    from emulator.training.local import LocalTraining, seed_dropout, seeded_generator, train_locally
+
+    scenario = validate_scenario(small_scenario(**LOCAL_TEST, **{
+        "model": "mlp", "evaluation.every": 4, "data.partition": {"scheme": "dirichlet", "alpha": 0.1},
+        "evaluation.devices": {"finetune": {"steps": 8, "lr": 0.05, "batch_size": 16}}}))
+    result = run_scenario(scenario, tmp_path / "run")
+    final = [r for r in _rows(result.path / "device_eval.csv") if r["round"] == "4"]
+    federation = build_federation(scenario.data, 40, scenario.seed)
+    found, _ = checkpoints.latest(result.path)
+    model = build_model("mlp", federation.train.input_shape, federation.train.num_classes,
+                        torch_seed(scenario.seed, "model-init"), scenario.model.options())
+    spec = LocalTraining(lr=0.05, batch_size=16, local_steps=8)
+    for r in final[:5]:
+        d = int(r["device"])
+        load_params(model, found.state["params"])
+        seed = torch_seed(scenario.seed, "finetune", 4, d)
+        seed_dropout(seed)
+        x, y = federation.train.tensors(federation.device_samples(d))
+        train_locally(model, x, y, spec, seeded_generator(seed))
+        tx, ty = federation.local_test.tensors(np.arange(federation.local_offsets[d], federation.local_offsets[d + 1]))
+        _, accuracy, _, _ = evaluate_by_class(model, tx, ty, 1024, federation.train.num_classes)
+        assert float(r["accuracy_ft"]) == accuracy
+    metrics = read_metrics(result.path)[-1]
+    tuned = np.array([float(r["accuracy_ft"]) for r in final])
+    assert float(metrics["device_acc_ft_mean"]) == pytest.approx(tuned.mean())
+    # each device holds a few classes (Dirichlet 0.1): adapting to them beats the global model
+    assert float(metrics["device_acc_ft_mean"]) > float(metrics["device_acc_mean"]) + 0.1

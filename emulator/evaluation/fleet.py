@@ -111,21 +111,39 @@ def sampled_statistics(samples: np.ndarray, accuracy: np.ndarray, answered: np.n
     return row
 
 
+FINETUNED_COLUMNS = ("device_acc_ft_mean", "device_acc_ft_p10", "device_acc_ft_worst10",
+                     "device_acc_ft_never_reported")
+
+
+def finetuned_statistics(accuracy: np.ndarray, tuned: np.ndarray, reported: np.ndarray) -> dict:
+    """metrics.csv's columns of fine-tune-then-evaluate over the `tuned` devices (ids): the device mean, 10th
+    percentile, worst 10% and the mean over those that never reported."""
+    row = dict.fromkeys(FINETUNED_COLUMNS)
+    if not len(tuned):
+        return row
+    acc, never = accuracy[tuned], np.asarray(reported)[tuned] == 0
+    row.update({"device_acc_ft_mean": float(np.mean(acc)), "device_acc_ft_p10": float(np.percentile(acc, 10)),
+                "device_acc_ft_worst10": worst_share_mean(acc),
+                "device_acc_ft_never_reported": float(np.mean(acc[never])) if never.any() else None})
+    return row
+
+
 class FleetEvaluation:
     """Scores one evaluation of the global model on the devices' local test splits: metrics.csv's columns
     (the oracle's fleet and group statistics over every device, the sampled estimate over the devices that
     answered) and device_eval.csv's rows (the devices scored; none without a local test)."""
 
     def __init__(self, local_sizes: np.ndarray, describe: dict[str, np.ndarray], oracle: bool = True,
-                 sample: bool = False):
+                 sample: bool = False, finetune: bool = False):
         self.local_sizes, self.devices = local_sizes, len(local_sizes)
         self.groups = groupings(describe)
-        self.oracle, self.sample = oracle, sample
+        self.oracle, self.sample, self.finetune = oracle, sample, finetune
 
     @property
     def columns(self) -> tuple[str, ...]:
         oracle = FLEET_COLUMNS + group_columns(self.groups) if self.oracle else ()
-        return oracle + (SAMPLED_COLUMNS if self.sample else ())
+        tuned = (FINETUNED_COLUMNS if self.oracle else ()) + (("sampled_acc_ft_mean",) if self.sample else ())
+        return oracle + (SAMPLED_COLUMNS if self.sample else ()) + (tuned if self.finetune else ())
 
     def scored_devices(self, outcome=None) -> np.ndarray | None:
         """Whose splits to evaluate: every device's (None) with the oracle, else those that answered."""
@@ -154,3 +172,19 @@ class FleetEvaluation:
             table["answered"] = np.isin(scored, answered).astype(np.int64)
         table.update({name: values[scored] for name, values in self.groups.items()})
         return row, table
+
+    def score_finetuned(self, tuned: np.ndarray, scores: list[tuple[int, int, float]], reported: np.ndarray,
+                        row: dict, table: dict, outcome=None) -> None:
+        """Add fine-tune-then-evaluate's columns to `row` and `table` (from score): per tuned device (ids, in
+        order) its (local test samples, correct, loss sum) after adapting the model to its own data."""
+        accuracy = np.full(self.devices, np.nan)
+        mean_loss = np.full(self.devices, np.nan)
+        if len(tuned):
+            samples, correct, loss = (np.array(column, dtype=np.float64) for column in zip(*scores))
+            accuracy[tuned], mean_loss[tuned] = correct / samples, loss / samples
+        if self.oracle:
+            row.update(finetuned_statistics(accuracy, tuned, reported))
+        if self.sample:
+            answered = np.asarray(outcome.answered, np.int64)
+            row["sampled_acc_ft_mean"] = float(np.mean(accuracy[answered])) if len(answered) else None
+        table["accuracy_ft"], table["loss_ft"] = accuracy[table["device"]], mean_loss[table["device"]]

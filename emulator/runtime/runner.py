@@ -152,10 +152,7 @@ class DeviceRunner:
         """The global model on the local test splits (data.local_test) of `devices` (None: every device), in
         one pass over them all: each sample's loss and correctness, device after device."""
         context, model = self._run(run_key, context_box)
-        if context.key not in self._local_test:  # one run's at a time, as the central test set
-            self._local_test.clear()
-            self._local_test[context.key] = as_device_tensors(*context.federation.local_test.tensors(), self.device)
-        x, y = self._local_test[context.key]
+        x, y = self._local_split(context)
         if devices is not None:
             offsets = context.federation.local_offsets
             rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in devices] or [np.zeros(0, np.int64)])
@@ -164,6 +161,36 @@ class DeviceRunner:
         param_vector.load(model, global_params)
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
             return evaluate_per_sample(model, x, y, batch_size, context.precision)
+
+    def finetune_evaluate(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
+                          batch_size: int) -> list[tuple[int, int, float]]:
+        """Fine-tune, then evaluate: for each job's device, the global model trained on the device's own data
+        as the job says (its seed fixes batches and dropout), then scored on its own test split. Per device:
+        (local test samples, correct, loss sum)."""
+        if not jobs:
+            return []
+        context, model = self._run(jobs[0].run_key, context_box)
+        x_all, y_all = self._local_split(context)
+        offsets = context.federation.local_offsets
+        scores = []
+        for job in jobs:
+            x, y = self._samples(context, job)
+            param_vector.load(model, global_params)
+            seed_dropout(job.seed, self.device)
+            with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "fine-tuning"):
+                train_locally(model, x, y, job.spec, seeded_generator(job.seed), None, context.precision)
+                start, stop = int(offsets[job.device]), int(offsets[job.device + 1])
+                loss, correct = evaluate_per_sample(model, x_all[start:stop], y_all[start:stop], batch_size,
+                                                    context.precision)
+            scores.append((stop - start, int(correct.sum()), float(loss.sum())))
+        return scores
+
+    def _local_split(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
+        """The devices' local test splits as tensors on this runner's device, made once (one run's at a time)."""
+        if context.key not in self._local_test:
+            self._local_test.clear()
+            self._local_test[context.key] = as_device_tensors(*context.federation.local_test.tensors(), self.device)
+        return self._local_test[context.key]
 
     def _test_set(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
         """The run's test set as tensors on this runner's device, made once (one run's at a time)."""

@@ -35,7 +35,7 @@ from emulator.system.simulated import SECAGG_COLUMNS
 from emulator.system.stream import AsyncStream
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import seed_dropout, seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import LocalTraining, seed_dropout, seeded_generator, set_torch_threads, train_locally
 from emulator.uplink.pipeline import UploadPipeline
 from emulator.uplink.secagg import SecAggCost
 
@@ -103,7 +103,7 @@ class FederatedServer:
         if self.scenario.evaluation.devices is not None:
             config = self.scenario.evaluation.devices
             self.fleet = FleetEvaluation(federation.local_sizes, self.system.describe_devices(), config.oracle,
-                                         config.sample is not None)
+                                         config.sample is not None, config.finetune is not None)
         self.pool = RunnerPool(runners)
         self.unseen = bias.UnseenData(self.sizes, self.system.ledger.counts["reported"])
         self.round = 0
@@ -459,18 +459,41 @@ class FederatedServer:
         device_eval.csv's rows, under DEVICE_EVAL). The sample is asked at the round's end, on its own
         budget and random stream (emulator/system/device_evaluation.py)."""
         config, outcome = self.scenario.evaluation.devices, None
+        tuning = None if config.finetune is None else LocalTraining(
+            lr=config.finetune.lr, batch_size=config.finetune.batch_size, local_steps=config.finetune.steps,
+            optimizer=config.finetune.optimizer)
         if config.sample is not None:
             deadline = config.deadline_s if config.deadline_s is not None else self.scenario.system.deadline_s
             outcome = evaluate_sample(self.system, now_s, config.sample, self.fleet.local_sizes, self.model_bytes,
-                                      deadline, rng(self.scenario.seed, "device-evaluation", r))
+                                      deadline, rng(self.scenario.seed, "device-evaluation", r),
+                                      None if tuning is None else tuning.samples_processed(self.sizes))
         devices = self.fleet.scored_devices(outcome)
+        reported = self.system.ledger.counts["reported"]
         loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
             self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
             devices))
-        columns, table = self.fleet.score(devices, loss, correct, self.system.ledger.counts["reported"], outcome)
+        columns, table = self.fleet.score(devices, loss, correct, reported, outcome)
+        if tuning is not None:
+            tuned = table["device"]  # the devices scored: every one with a split (oracle), else those that answered
+            scores = self._finetune(r, tuning, tuned)
+            self.fleet.score_finetuned(tuned, scores, reported, columns, table, outcome)
         if config.csv:
             columns[DEVICE_EVAL] = table
         return columns
+
+    def _finetune(self, r: int, spec, devices: np.ndarray) -> list[tuple[int, int, float]]:
+        """Fine-tune, then evaluate, `devices` on the runners (chunks spread over them): per device, its
+        (local test samples, correct, loss sum). Each device's seed is (seed, finetune, round, device)."""
+        seed = self.scenario.seed
+        jobs = [DeviceJob(self.run_key, int(d), spec, torch_seed(seed, "finetune", r, int(d))) for d in devices]
+        size = max(1, -(-len(jobs) // (4 * len(self.pool.runners))))
+        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        params_ref, batch = self.pool.put(self.params), self.scenario.evaluation.batch_size
+        scores = []
+        for chunk in self.pool.map_ordered(chunks, lambda runner, chunk: runner.finetune_evaluate.remote(
+                self.context_box, params_ref, chunk, batch)):
+            scores.extend(chunk)
+        return scores
 
     def get_params(self) -> np.ndarray:
         return self.params

@@ -41,6 +41,16 @@ class RuntimeConfig(Strict):
         return fields
 
 
+class FinetuneConfig(Strict):
+    """Fine-tune, then evaluate: each evaluated device first adapts the global model on its own training
+    data (plain local SGD or Adam), then evaluates the adapted model on its own test split."""
+
+    steps: int = Field(5, gt=0)
+    lr: float = Field(0.01, gt=0)
+    batch_size: int = Field(32, gt=0)
+    optimizer: Literal["sgd", "adam"] = "sgd"
+
+
 class DeviceEvaluationConfig(Strict):
     """Evaluation on the devices' own test splits (data.local_test), every `evaluation.every` rounds: the
     oracle (every device, free, outside the simulated clock: the ground truth of what the fleet gets from
@@ -49,6 +59,7 @@ class DeviceEvaluationConfig(Strict):
     oracle: bool = True
     sample: Optional[int] = Field(None, gt=0)  # devices asked each evaluation, drawn from those online
     deadline_s: Optional[float] = Field(None, gt=0)  # answers after this are late (default: system.deadline_s)
+    finetune: Optional[FinetuneConfig] = None  # also score each device after adapting the model to its data
     csv: bool = True  # one row per device and evaluation in device_eval.csv (metrics.csv has the statistics)
 
 

@@ -37,9 +37,11 @@ class EvaluationOutcome:
 
 
 def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model_bytes: int,
-                    deadline_s: float | None, stream: np.random.Generator) -> EvaluationOutcome:
+                    deadline_s: float | None, stream: np.random.Generator,
+                    finetune_samples: np.ndarray | None = None) -> EvaluationOutcome:
     """Ask `count` devices online at `t` (fewer if fewer are online) to evaluate the model on their own
-    test split; `system` is the SimulatedSystem (profiles, availability, dropout)."""
+    test split; `system` is the SimulatedSystem (profiles, availability, dropout). `finetune_samples`: the
+    samples each device trains on first (fine-tune, then evaluate), charged at its full training cost."""
     online = system.availability.online_devices(t)
     online = online[local_sizes[online] > 0]  # a device without a test split has nothing to report
     asked = stream.choice(online, size=min(count, len(online)), replace=False) if len(online) else online
@@ -48,7 +50,10 @@ def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model
     profiles = system.profiles
     down = transfer_seconds(model_bytes, profiles.down_mbps[asked], profiles.latency_s[asked])
     jitter = np.exp(system.compute_jitter * stream.standard_normal(len(asked))) if system.compute_jitter else 1.0
-    work = compute_seconds(local_sizes[asked] * FORWARD_SHARE, profiles.s_per_sample[asked], jitter)
+    processed = local_sizes[asked] * FORWARD_SHARE
+    if finetune_samples is not None:
+        processed = processed + finetune_samples[asked]
+    work = compute_seconds(processed, profiles.s_per_sample[asked], jitter)
     up = transfer_seconds(REPORT_BYTES, profiles.up_mbps[asked], profiles.latency_s[asked])
     finish = t + down + work + up
     lost_at = system.availability.next_offline(asked, t)
