@@ -298,3 +298,31 @@ def test_fine_tune_then_evaluate_scores_each_device_after_adapting_the_model_to_
     assert float(metrics["device_acc_ft_mean"]) == pytest.approx(tuned.mean())
     # each device holds a few classes (Dirichlet 0.1): adapting to them beats the global model
     assert float(metrics["device_acc_ft_mean"]) > float(metrics["device_acc_mean"]) + 0.1
+
+
+def test_leaf_keeps_each_users_own_test_samples_as_that_devices_split(tmp_path):
+    from leaf_fixtures import femnist_users, write_leaf
+
+    sizes = {"writer_b": (5, 2), "writer_a": (3, 1), "writer_d": (4, 3), "writer_c": (4, 2), "writer_e": (6, 2)}
+    users = femnist_users(sizes)
+    root = write_leaf(tmp_path / "femnist", users)
+    raw = small_scenario(**{"data": {"dataset": "femnist", "root": str(root),
+                                     "local_test": {"split": "dataset", "min_samples": 2}},
+                            "population.devices": 5, "algorithm.clients_per_round": 3, "model": "mlp"})
+    scenario = validate_scenario(raw)
+    federation = build_federation(scenario.data, 5, scenario.seed)
+    order = sorted(users)  # devices are the users in id order
+    for device, user in enumerate(order):
+        held = federation.local_test.y[federation.local_offsets[device]:federation.local_offsets[device + 1]]
+        expected = users[user][3] if sizes[user][1] >= 2 else []  # writer_a holds out 1 sample: fewer than 2
+        assert held.tolist() == expected
+        assert federation.sizes[device] == sizes[user][0]  # training data untouched
+    raw["evaluation"] = {"every": 1, "devices": {}}
+    result = run_scenario(validate_scenario({**raw, "rounds": 2}), tmp_path / "run")
+    scored = [r for r in _rows(result.path / "device_eval.csv") if r["round"] == "2"]
+    assert [(int(r["device"]), int(r["samples"])) for r in scored] == [(1, 2), (2, 2), (3, 3), (4, 2)]  # not writer_a
+    # a dataset without a per-user split, and a fraction beside split: dataset, are refused by name
+    with pytest.raises(Exception, match="data.local_test.split"):
+        build_federation(validate_scenario(small_scenario(**{"data.local_test": {"split": "dataset"}})).data, 40, 3)
+    with pytest.raises(Exception, match="data.local_test.fraction"):
+        validate_scenario(small_scenario(**{"data.local_test": {"split": "dataset", "fraction": 0.2}}))

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
-from emulator.data.local_test import with_local_test
+from emulator.data.local_test import with_local_test, with_own_test_split
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.vision import DataUnavailableError, load_vision
@@ -45,13 +45,20 @@ def assemble_federation(data: DataConfig, devices: int, seed: int, types, train:
         raise
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
+    whole_test = test
     if data.test_samples is not None and data.test_samples < len(test):  # at most test_samples
         keep = np.sort(rng(seed, "test_subset").choice(len(test), data.test_samples, replace=False))
         test = test.subset(keep)
     federation = Federation.from_lists(train, test, per_device, server)
-    if data.local_test is not None:
-        federation = with_local_test(federation, data.local_test.fraction, data.local_test.min_samples,
-                                     rng(seed, "local_test"))
+    local = data.local_test
+    if local is not None and local.split == "dataset":
+        if whole_test.owner is None or data.partition.scheme != "natural":
+            why = (f"dataset {data.dataset} has no per-user test split" if whole_test.owner is None
+                   else f"data.partition.scheme is {data.partition.scheme}, so devices are not the data's users")
+            raise ScenarioError(f"data.local_test.split: dataset, but {why}; use split: carve with a fraction")
+        federation = with_own_test_split(federation, whole_test, local.min_samples)
+    elif local is not None:
+        federation = with_local_test(federation, local.fraction, local.min_samples, rng(seed, "local_test"))
     return federation
 
 

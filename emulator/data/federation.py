@@ -35,6 +35,7 @@ class ArrayDataset:
     num_classes: int
     mean: tuple[float, ...] | None = None  # per channel, applied after scaling uint8 to [0, 1]
     std: tuple[float, ...] | None = None
+    owner: np.ndarray | None = None  # a test set split by user (LEAF): the device each sample belongs to, -1: none
 
     def __len__(self) -> int:
         return len(self.y)
@@ -63,7 +64,8 @@ class ArrayDataset:
         return inputs, torch.from_numpy(np.ascontiguousarray(y)).to(torch.int64)
 
     def subset(self, indices: np.ndarray) -> "ArrayDataset":
-        return ArrayDataset(self.x[indices], self.y[indices], self.num_classes, self.mean, self.std)
+        owner = None if self.owner is None else self.owner[indices]
+        return ArrayDataset(self.x[indices], self.y[indices], self.num_classes, self.mean, self.std, owner)
 
 
 @dataclass

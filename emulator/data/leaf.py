@@ -296,11 +296,15 @@ def load_leaf(name: str, root: str | os.PathLike | None = None, users: int | Non
     sizes = np.array([len(train_users[u][1]) for u in chosen], dtype=np.int64)
     bounds = np.concatenate([[0], np.cumsum(sizes)])
     per_device = [np.arange(bounds[k], bounds[k + 1], dtype=np.int64) for k in range(len(chosen))]
+    owner = None
     if train_users.keys() & test_users.keys():  # split by sample: each user's own held-out samples
         test_ids = [u for u in chosen if u in test_users]
+        device_of = {u: k for k, u in enumerate(chosen)}  # data.local_test.split: dataset keeps them per device
+        owner = np.repeat([device_of[u] for u in test_ids], [len(test_users[u][1]) for u in test_ids]).astype(np.int64)
     else:  # split by user: the test users are others
         test_ids = sorted(test_users)
     test = _stack(name, [test_users[u] for u in test_ids])
+    test.owner = owner
     if len(test) == 0:
         raise DataUnavailableError(f"data.root: {test_dir} holds no test samples for the {len(chosen)} users "
                                    "kept; regenerate the data with a train/test split (preprocess.sh -t sample)")

@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulator.data.federation import Federation
+from emulator.data.federation import ArrayDataset, Federation
 
 
 def held_out(samples, fraction: float, min_samples: int) -> np.ndarray:
@@ -50,3 +50,15 @@ def with_local_test(federation: Federation, fraction: float, min_samples: int,
         federation.device_offsets, federation.device_indices, fraction, min_samples, rng)
     return replace(federation, device_offsets=train_offsets, device_indices=train_indices,
                    local_test=federation.train.subset(test_indices), local_offsets=test_offsets)
+
+
+def with_own_test_split(federation: Federation, test: ArrayDataset, min_samples: int) -> Federation:
+    """The federation with each device's local test split taken from the data's own per-user test samples
+    (`test.owner`, as LEAF splits by sample); a device with fewer than `min_samples` of them has none."""
+    owner = test.owner
+    counts = np.bincount(owner[owner >= 0], minlength=federation.num_devices)[:federation.num_devices]
+    keep = (owner >= 0) & (counts[np.maximum(owner, 0)] >= min_samples)
+    rows = np.flatnonzero(keep)
+    rows = rows[np.argsort(owner[rows], kind="stable")]  # device after device, each in its own order
+    sizes = np.where(counts >= min_samples, counts, 0).astype(np.int64)
+    return replace(federation, local_test=test.subset(rows), local_offsets=_offsets(sizes))

@@ -35,8 +35,20 @@ class LocalTestConfig(Strict):
     """A test set on every device: a share of each device's own samples, held out and never trained on, on
     which on-device evaluation (evaluation.devices) measures what that device gets from the model."""
 
-    fraction: float = Field(gt=0, le=0.5)  # of each device's samples (rounded); the rest it trains on
-    min_samples: int = Field(1, ge=1)  # a device whose share is fewer keeps all its data and has no local test
+    # carve: a share of each device's training samples; dataset: the data's own per-user test split (LEAF)
+    split: Literal["carve", "dataset"] = "carve"
+    fraction: Optional[float] = Field(None, gt=0, le=0.5)  # carve: of each device's samples (rounded)
+    min_samples: int = Field(1, ge=1)  # a device whose split would be smaller has none (and is counted)
+
+    @model_validator(mode="after")
+    def _fraction(self):
+        if self.split == "carve" and self.fraction is None:
+            raise ScenarioFieldError("data.local_test.fraction", "give the share of each device's samples held "
+                                     "out, e.g. fraction: 0.2 (or split: dataset for the data's own per-user split)")
+        if self.split == "dataset" and self.fraction is not None:
+            raise ScenarioFieldError("data.local_test.fraction", "split: dataset takes each user's own test samples "
+                                     "as they come; remove fraction (or use split: carve)")
+        return self
 
 
 class PartitionSettings(Strict):
