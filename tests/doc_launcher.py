@@ -88,6 +88,9 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
             os.dup2(fd, target)
         for fd in fds:
             os.close(fd)
+        import faulthandler  # a crash in native code (SIGSEGV, SIGABRT) shows its Python stack on the block's stderr
+
+        faulthandler.enable()
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
@@ -182,6 +185,8 @@ def client(mode: str, path: str, args: list[str]) -> int:
         try:
             reply, _ = _receive_json(conn)
         except EOFError:  # the child died without a word (killed): as a shell reports a signal
+            print("doc-launcher: the forked command died without an exit status (killed, e.g. by the kernel's "
+                  "out-of-memory killer, or crashed in native code: see any fault dump above)", file=sys.stderr)
             return 137
         if "pid" in reply:
             child["pid"] = reply["pid"]
