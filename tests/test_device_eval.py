@@ -12,7 +12,7 @@ from conftest import STATEFUL, small_scenario
 
 from emulator.cli import main
 from emulator.data import build_federation
-from emulator.data.local_test import carve_local_test, held_out
+from emulator.data.local_split import carve_local_test, held_out
 from emulator.driver import resume_run, run_scenario
 from emulator.evaluation.fleet import device_scores, fleet_statistics, worst_share_mean
 from emulator.models.zoo import build_model

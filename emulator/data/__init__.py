@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
-from emulator.data.local_test import with_local_test, with_own_test_split
+from emulator.data.local_split import with_local_test, with_own_test_split
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
 from emulator.data.vision import DataUnavailableError, load_vision
