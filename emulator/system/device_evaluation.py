@@ -56,11 +56,7 @@ def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model
     work = compute_seconds(processed, profiles.s_per_sample[asked], jitter)
     up = transfer_seconds(REPORT_BYTES, profiles.up_mbps[asked], profiles.latency_s[asked])
     finish = t + down + work + up
-    lost_at = system.availability.next_offline(asked, t)
-    rate = system.dropout_per_hour[asked] if np.ndim(system.dropout_per_hour) else np.full(
-        len(asked), float(system.dropout_per_hour))
-    hazard = stream.standard_exponential(len(asked)) * 3600.0
-    lost_at = np.minimum(lost_at, t + np.divide(hazard, rate, out=np.full(len(asked), np.inf), where=rate > 0))
+    lost_at = np.minimum(system.availability.next_offline(asked, t), t + system.dropout_after(asked, stream))
     dropped = lost_at < finish
     closes = np.inf if deadline_s is None else t + deadline_s
     late = ~dropped & (finish > closes)

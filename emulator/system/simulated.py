@@ -156,13 +156,7 @@ class SimulatedSystem(SystemModel):
         lost_at = np.full(len(devices), np.inf)
         if checked_in.any():
             lost_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
-        if np.ndim(self.dropout_per_hour):  # one rate per device (tied to data)
-            rate = self.dropout_per_hour[devices]
-            hazard = stream.standard_exponential(len(devices)) * 3600.0
-            lost_at = np.minimum(lost_at, start + np.divide(hazard, rate, out=np.full(len(devices), np.inf),
-                                                            where=rate > 0))
-        elif self.dropout_per_hour > 0:
-            lost_at = np.minimum(lost_at, start + stream.exponential(3600.0 / self.dropout_per_hour, len(devices)))
+        lost_at = np.minimum(lost_at, start + self.dropout_after(devices, stream))
         dropped = lost_at < finish
         return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
                 "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup}
@@ -226,6 +220,16 @@ class SimulatedSystem(SystemModel):
         down += len(reports) * sum(stage.bytes_down for stage in finish)
         up += len(reports) * sum(stage.bytes_up for stage in finish)
         return False, columns, down, up
+
+    def dropout_after(self, devices: np.ndarray, stream: np.random.Generator) -> np.ndarray:
+        """Seconds from when each device starts working until its dropout hazard strikes (inf: never)."""
+        if np.ndim(self.dropout_per_hour):  # one rate per device (tied to data)
+            rate = self.dropout_per_hour[devices]
+            hazard = stream.standard_exponential(len(devices)) * 3600.0
+            return np.divide(hazard, rate, out=np.full(len(devices), np.inf), where=rate > 0)
+        if self.dropout_per_hour > 0:
+            return stream.exponential(3600.0 / self.dropout_per_hour, len(devices))
+        return np.full(len(devices), np.inf)
 
     def _offline_after(self, devices: np.ndarray, start: np.ndarray) -> np.ndarray:
         """When each device goes offline after starting its work (devices may start at different times)."""
