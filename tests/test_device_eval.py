@@ -161,6 +161,9 @@ def test_a_resumed_run_has_the_device_eval_of_an_uninterrupted_one(tmp_path):
     ({"data.local_test": {"fraction": 0.7}}, "data.local_test.fraction"),
     ({"data.local_test": {"fraction": 0.2, "min_samples": 0}}, "data.local_test.min_samples"),
     ({"evaluation.devices": {}}, "evaluation.devices"),
+    ({**LOCAL_TEST, "evaluation.devices": {"sample": 41}}, "evaluation.devices.sample"),
+    ({**LOCAL_TEST, "evaluation.devices": {"oracle": False}}, "evaluation.devices"),
+    ({**LOCAL_TEST, "evaluation.devices": {"sample": 5}, "system.model": "ideal"}, "evaluation.devices.sample"),
 ])
 def test_bad_device_evaluation_settings_exit_2_naming_the_field(tmp_path, capsys, overrides, field):
     path = tmp_path / "s.yaml"
@@ -232,19 +235,6 @@ def test_asking_devices_on_the_clock_leaves_training_as_it_was_and_is_priced_apa
     rows = _rows(on.path / "device_eval.csv")  # without the oracle: only the devices that answered
     assert rows and all(r["answered"] == "1" for r in rows)
     assert all(sum(1 for x in rows if x["round"] == m["round"]) == int(m["sampled_answered"]) for m in b)
-
-
-@pytest.mark.parametrize(("overrides", "field"), [
-    ({**LOCAL_TEST, "evaluation.devices": {"sample": 41}}, "evaluation.devices.sample"),
-    ({**LOCAL_TEST, "evaluation.devices": {"oracle": False}}, "evaluation.devices"),
-    ({**LOCAL_TEST, "evaluation.devices": {"sample": 5}, "system.model": "ideal"}, "evaluation.devices.sample"),
-])
-def test_bad_sampled_evaluation_settings_exit_2_naming_the_field(tmp_path, capsys, overrides, field):
-    path = tmp_path / "s.yaml"
-    path.write_text(yaml.safe_dump(small_scenario(**overrides)))
-    assert main(["validate", str(path)]) == 2
-    err = capsys.readouterr().err
-    assert field in err and "Traceback" not in err, err
 
 
 def test_the_report_draws_what_each_device_gets_when_the_runs_have_it(tmp_path):

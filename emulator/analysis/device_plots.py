@@ -96,9 +96,7 @@ def draw_device_groups(groups: dict[str, list[Run]], width: str | float = "two-c
     fig = _figure(width_in, (1.9 if one_column else 2.3) * len(panels) + 0.3)
     axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False)[:, 0]
     names = short_labels(list(groups))
-    all_lines = sorted({text for lines in panels.values() for _, text in lines},
-                       key=lambda t: [t for lines in panels.values() for _, t in lines].index(t))
-    looks = _looks({text: [] for text in all_lines})
+    looks = _looks(dict.fromkeys((text for lines in panels.values() for _, text in lines), []))  # first seen, first
     span = max(float(r.metrics["sim_time_s"].max()) for runs in groups.values() for r in runs)
     xlabel, divisor = _x_axis("time", span)
     handles = {}

@@ -68,6 +68,13 @@ class ArrayDataset:
         return ArrayDataset(self.x[indices], self.y[indices], self.num_classes, self.mean, self.std, owner)
 
 
+def offsets_of(sizes: np.ndarray) -> np.ndarray:
+    """The flat layout's offsets for groups of `sizes`: group k is [offsets[k], offsets[k + 1])."""
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
+
+
 @dataclass
 class Federation:
     """Device d owns train samples device_indices[device_offsets[d]:device_offsets[d + 1]]."""
@@ -84,9 +91,7 @@ class Federation:
     @classmethod
     def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],
                    server_indices: np.ndarray | None = None) -> "Federation":
-        sizes = np.array([len(p) for p in per_device], dtype=np.int64)
-        offsets = np.zeros(len(per_device) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
+        offsets = offsets_of(np.array([len(p) for p in per_device], dtype=np.int64))
         flat = np.concatenate(per_device).astype(np.int64) if per_device else np.zeros(0, np.int64)
         server = np.zeros(0, np.int64) if server_indices is None else np.asarray(server_indices, np.int64)
         return cls(train, test, offsets, flat, server)

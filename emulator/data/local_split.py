@@ -8,7 +8,7 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.federation import ArrayDataset, Federation, offsets_of
 
 
 def held_out(samples, fraction: float, min_samples: int) -> np.ndarray:
@@ -34,13 +34,7 @@ def carve_local_test(offsets: np.ndarray, indices: np.ndarray, fraction: float, 
     rank[order] = np.arange(len(indices), dtype=np.int64) - np.repeat(offsets[:-1], sizes)
     test = rank < np.repeat(held_out(sizes, fraction, min_samples), sizes)
     test_sizes = np.bincount(owner[test], minlength=len(sizes)).astype(np.int64)
-    return (_offsets(sizes - test_sizes), indices[~test], _offsets(test_sizes), indices[test])
-
-
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return offsets
+    return (offsets_of(sizes - test_sizes), indices[~test], offsets_of(test_sizes), indices[test])
 
 
 def with_local_test(federation: Federation, fraction: float, min_samples: int,
@@ -61,4 +55,4 @@ def with_own_test_split(federation: Federation, test: ArrayDataset, min_samples:
     rows = np.flatnonzero(keep)
     rows = rows[np.argsort(owner[rows], kind="stable")]  # device after device, each in its own order
     sizes = np.where(counts >= min_samples, counts, 0).astype(np.int64)
-    return replace(federation, local_test=test.subset(rows), local_offsets=_offsets(sizes))
+    return replace(federation, local_test=test.subset(rows), local_offsets=offsets_of(sizes))

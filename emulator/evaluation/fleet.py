@@ -4,7 +4,7 @@ The papers differ in what "fairness" reports: LEAF gives the 10th / 50th / 90th 
 accuracy; q-FFL (Li et al., ICLR 2020) the mean of the worst 10% of devices and the spread (standard
 deviation) across devices; FedAvg-style papers the sample-weighted accuracy, which is the accuracy on all
 the devices' test samples pooled. Each column below is one of them, over the devices that have a local test
-set; devices without one are counted (`devices_without_local_test`), never scored as 0."""
+set; devices without one are left out of every statistic and of device_eval.csv, never scored as 0."""
 from __future__ import annotations
 
 import math
