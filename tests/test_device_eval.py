@@ -143,18 +143,78 @@ def test_the_oracle_is_outside_the_clock_training_metrics_are_the_same_with_it_o
     assert all(b_row["device_acc_mean"] != "" for b_row in b) and "device_acc_mean" not in a[0]
 
 
-def test_a_resumed_run_has_the_device_eval_of_an_uninterrupted_one(tmp_path):
-    overrides = {**ORACLE, **STATEFUL}
-    reference = run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "reference")
+# a split that leaves 8 of the 40 devices without a local test: the count column must survive the rewind
+RESUMED = {**ORACLE, **STATEFUL, "data.local_test": {"fraction": 0.1, "min_samples": 3}}
 
+
+def _interrupted(path):
+    """RESUMED stopped after round 5: the checkpoint is round 4's, so round 5 runs again on resume."""
     def stop(row):
         if row["round"] == 5:
             raise KeyboardInterrupt
 
-    with pytest.raises(KeyboardInterrupt):  # after round 5: the checkpoint is round 4's, round 5 runs again
-        run_scenario(validate_scenario(small_scenario(**overrides)), tmp_path / "run", on_round=stop)
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_scenario(small_scenario(**RESUMED)), path, on_round=stop)
+
+
+def test_a_resumed_run_has_the_device_eval_of_an_uninterrupted_one(tmp_path):
+    reference = run_scenario(validate_scenario(small_scenario(**RESUMED)), tmp_path / "reference")
+    assert {r["devices_without_local_test"] for r in _rows(reference.path / "device_eval.csv")} == {"8"}
+    _interrupted(tmp_path / "run")
     resume_run(tmp_path / "run")
     assert (tmp_path / "run" / "device_eval.csv").read_text() == (reference.path / "device_eval.csv").read_text()
+
+
+def test_a_device_eval_csv_from_before_the_count_column_takes_it_on_resume(tmp_path):
+    """A run begun by a version without devices_without_local_test and resumed by this one: the file is
+    rewritten with the new header (blank in the old rows) rather than given rows longer than its header."""
+    _interrupted(tmp_path / "run")
+    path = tmp_path / "run" / "device_eval.csv"
+    old = [{k: v for k, v in r.items() if k != "devices_without_local_test"} for r in _rows(path)]
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=list(old[0]))
+        writer.writeheader()
+        writer.writerows(old)
+    resume_run(tmp_path / "run")
+    rows = _rows(path)
+    kept, again = [r for r in rows if int(r["round"]) <= 4], [r for r in rows if int(r["round"]) > 4]
+    assert [{k: v for k, v in r.items() if k != "devices_without_local_test"} for r in kept] == \
+        [r for r in old if int(r["round"]) <= 4]  # rewound to the checkpoint's round, its rows as they were
+    assert {r["devices_without_local_test"] for r in kept} == {""}  # the older version did not count
+    assert {r["round"] for r in again} == {"5", "6", "7"}
+    assert {r["devices_without_local_test"] for r in again} == {"8"} and all(None not in r for r in again)
+
+
+@pytest.mark.parametrize("oracle", [True, False])
+def test_devices_without_a_local_test_are_counted_in_every_row_never_scored(tmp_path, oracle):
+    """Tiny devices whose split would be under min_samples have none. Each device_eval.csv row counts those of
+    the evaluated population: the whole fleet with the oracle; without it, the devices online at the ask (the
+    pool the sample is drawn from), here the half that is always online. Recomputed from the federation's
+    local_sizes and participation.csv's availability, not from the evaluation's code."""
+    scenario = validate_scenario(small_scenario(**{
+        "rounds": 2, "data.synthetic": {"iid": True, "max_samples": 200, "min_samples": 2, "size_log_mean": 3.0},
+        "data.local_test": {"fraction": 0.2, "min_samples": 3},
+        "population.availability": [{"kind": "always", "name": "on", "share": 0.5},
+                                    {"kind": "never", "name": "off", "share": 0.5}],
+        "system.min_report_fraction": 0.5, "evaluation.devices": {"oracle": oracle, "sample": 40}}))
+    result = run_scenario(scenario, tmp_path / "run")
+    empty = build_federation(scenario.data, 40, scenario.seed).local_sizes == 0
+    online = np.array([r["availability"] == "on" for r in _rows(result.path / "participation.csv")])
+    assert 0 < (empty & online).sum() < empty.sum() < 40  # some devices have none, online and offline both
+    population = 40 if oracle else int(online.sum())
+    left_out = int(empty.sum()) if oracle else int((empty & online).sum())
+    rows = _rows(result.path / "device_eval.csv")
+    for m in read_metrics(result.path):
+        scored = [r for r in rows if r["round"] == m["round"]]
+        assert {int(r["devices_without_local_test"]) for r in scored} == {left_out}
+        assert all(int(r["samples"]) > 0 for r in scored)  # never scored as 0: not in the rows at all
+        with_split = ~empty if oracle else ~empty & online  # the sample asks every online device with a split
+        assert [int(r["device"]) for r in scored] == np.flatnonzero(with_split).tolist()
+        assert len(scored) + left_out == population  # every device evaluated is scored or counted
+        # the sample's own count (metrics.csv, with or without the oracle): the online devices it could not ask
+        assert int(m["sampled_without_local_test"]) == int((empty & online).sum())
+        assert int(m["sampled_asked"]) + int(m["sampled_without_local_test"]) == int(online.sum())
+        assert sum(r["answered"] == "1" for r in scored) == int(m["sampled_answered"]) == int(m["sampled_asked"])
 
 
 @pytest.mark.parametrize(("overrides", "field"), [

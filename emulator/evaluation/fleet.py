@@ -4,7 +4,9 @@ The papers differ in what "fairness" reports: LEAF gives the 10th / 50th / 90th 
 accuracy; q-FFL (Li et al., ICLR 2020) the mean of the worst 10% of devices and the spread (standard
 deviation) across devices; FedAvg-style papers the sample-weighted accuracy, which is the accuracy on all
 the devices' test samples pooled. Each column below is one of them, over the devices that have a local test
-set; devices without one are left out of every statistic and of device_eval.csv, never scored as 0."""
+set; devices without one are left out of every statistic and of device_eval.csv's rows, never scored as 0,
+and counted (device_eval.csv's devices_without_local_test, metrics.csv's sampled_without_local_test), so
+that a reader sees how much of the fleet the statistics cover."""
 from __future__ import annotations
 
 import math
@@ -27,6 +29,12 @@ def device_scores(owner: np.ndarray, loss: np.ndarray, correct: np.ndarray, devi
         accuracy = np.bincount(owner, weights=correct.astype(np.float64), minlength=devices) / samples
         mean_loss = np.bincount(owner, weights=loss.astype(np.float64), minlength=devices) / samples
     return samples, accuracy, mean_loss
+
+
+def without_local_test(local_sizes: np.ndarray) -> int:
+    """How many devices have no local test split: left out of the statistics, and counted so that a reader
+    sees how much of the fleet they cover."""
+    return int(np.sum(np.asarray(local_sizes) == 0))
 
 
 def worst_share_mean(accuracy: np.ndarray, share: float = 0.1) -> float:
@@ -92,16 +100,18 @@ def _label(value) -> str:
 
 
 SAMPLED_COLUMNS = ("sampled_acc_mean", "sampled_acc_weighted", "sampled_acc_p10", "sampled_asked",
-                   "sampled_answered", "sampled_dropped", "sampled_late", "eval_span_s", "eval_bytes_down",
-                   "eval_bytes_up")
+                   "sampled_answered", "sampled_dropped", "sampled_late", "sampled_without_local_test",
+                   "eval_span_s", "eval_bytes_down", "eval_bytes_up")
 
 
 def sampled_statistics(samples: np.ndarray, accuracy: np.ndarray, answered: np.ndarray, outcome) -> dict:
     """metrics.csv's columns of a sampled evaluation: the estimates a server gets from the devices that
-    answered (the device mean, sample-weighted and 10th percentile), who was asked and what it cost."""
+    answered (the device mean, sample-weighted and 10th percentile), who was asked, who was online but could
+    not be (no local test split), and what it cost."""
     row = dict.fromkeys(SAMPLED_COLUMNS)
     row.update({"sampled_asked": len(outcome.asked), "sampled_answered": len(answered),
-                "sampled_dropped": outcome.dropped, "sampled_late": outcome.late, "eval_span_s": outcome.span_s,
+                "sampled_dropped": outcome.dropped, "sampled_late": outcome.late,
+                "sampled_without_local_test": outcome.without_local_test, "eval_span_s": outcome.span_s,
                 "eval_bytes_down": outcome.bytes_down, "eval_bytes_up": outcome.bytes_up})
     if len(answered):
         acc, n = accuracy[answered], samples[answered]
@@ -131,11 +141,13 @@ def finetuned_statistics(accuracy: np.ndarray, tuned: np.ndarray, reported: np.n
 class FleetEvaluation:
     """Scores one evaluation of the global model on the devices' local test splits: metrics.csv's columns
     (the oracle's fleet and group statistics over every device, the sampled estimate over the devices that
-    answered) and device_eval.csv's rows (the devices scored; none without a local test)."""
+    answered) and device_eval.csv's rows (the devices scored; none without a local test, but each row counts
+    those of the evaluated population that have none)."""
 
     def __init__(self, local_sizes: np.ndarray, describe: dict[str, np.ndarray], oracle: bool = True,
                  sample: bool = False, finetune: bool = False):
         self.local_sizes, self.devices = local_sizes, len(local_sizes)
+        self.without_local_test = without_local_test(local_sizes)  # the oracle's: fixed by the split
         self.groups = groupings(describe)
         self.oracle, self.sample, self.finetune = oracle, sample, finetune
 
@@ -157,7 +169,9 @@ class FleetEvaluation:
     def score(self, devices: np.ndarray | None, loss: np.ndarray, correct: np.ndarray, reported: np.ndarray,
               outcome=None) -> tuple[dict, dict]:
         """(metrics columns, device_eval.csv's columns) from each evaluated sample's loss and correctness (for
-        `devices`, None: all), each device's report count so far and the sampled evaluation's outcome."""
+        `devices`, None: all), each device's report count so far and the sampled evaluation's outcome. The
+        rows' devices_without_local_test is their population's: the fleet's with the oracle, else the devices
+        online at the ask (the sample's pool) that had no split."""
         samples, accuracy, mean_loss = device_scores(self.owner(devices), loss, correct, self.devices)
         row = {}
         if self.oracle:
@@ -170,6 +184,8 @@ class FleetEvaluation:
             answered = np.sort(outcome.answered)
             row.update(sampled_statistics(samples, accuracy, answered, outcome))
             table["answered"] = np.isin(scored, answered).astype(np.int64)
+        left_out = self.without_local_test if self.oracle else outcome.without_local_test
+        table["devices_without_local_test"] = np.full(len(scored), left_out, np.int64)
         table.update({name: values[scored] for name, values in self.groups.items()})
         return row, table
 

@@ -206,16 +206,25 @@ class RunDirectory:
 
     def append_device_eval(self, round_index: int, sim_time_s: float, table: dict) -> None:
         """One evaluation on the devices' own test splits: a row per device that has one (round, sim_time_s,
-        then the table's columns: device, samples, accuracy, loss, reported, its groups). Fsynced."""
+        then the table's columns: device, samples, accuracy, loss, reported, ..., its groups). Fsynced. A
+        file written by an older version with other columns (a run resumed after an upgrade) is rewritten
+        with these first, its rows blank where a column is new, so no row is read as damaged later."""
         path = self.path / DEVICE_EVAL_FILE
-        new = not path.exists()
         names = list(table)
+        header = ["round", "sim_time_s", *names]
+        if path.exists():
+            with open(path, newline="") as handle:
+                found = next(csv.reader([handle.readline()]), [])
+            if found != header:
+                _, rows = valid_rows(path, _device_row_ok)
+                self._rewrite(path, [{c: r.get(c, "") for c in header} for r in rows], header)
+        new = not path.exists()
         columns = [table[name].tolist() for name in names]
         stamp = _cell(float(sim_time_s))
         with open(path, "a", newline="") as handle:
             writer = csv.writer(handle)
             if new:
-                writer.writerow(["round", "sim_time_s", *names])
+                writer.writerow(header)
             writer.writerows([round_index, stamp, *(_cell(v) for v in values)] for values in zip(*columns))
             handle.flush()
             os.fsync(handle.fileno())

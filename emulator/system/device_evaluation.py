@@ -34,6 +34,7 @@ class EvaluationOutcome:
     span_s: float  # from the ask to the last answer (or the deadline, if anyone was still out)
     bytes_down: int  # model downloads completed
     bytes_up: int  # answers received
+    without_local_test: int  # online at the ask but without a test split, so never asked
 
 
 def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model_bytes: int,
@@ -43,10 +44,12 @@ def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model
     test split; `system` is the SimulatedSystem (profiles, availability, dropout). `finetune_samples`: the
     samples each device trains on first (fine-tune, then evaluate), charged at its full training cost."""
     online = system.availability.online_devices(t)
-    online = online[local_sizes[online] > 0]  # a device without a test split has nothing to report
+    has_split = local_sizes[online] > 0
+    without = int(np.sum(~has_split))  # counted, so the estimate says how much of who was online it covers
+    online = online[has_split]  # a device without a test split has nothing to report
     asked = stream.choice(online, size=min(count, len(online)), replace=False) if len(online) else online
     if not len(asked):
-        return EvaluationOutcome(asked, asked, 0, 0, 0.0, 0, 0)
+        return EvaluationOutcome(asked, asked, 0, 0, 0.0, 0, 0, without)
     profiles = system.profiles
     down = transfer_seconds(model_bytes, profiles.down_mbps[asked], profiles.latency_s[asked])
     jitter = np.exp(system.compute_jitter * stream.standard_normal(len(asked))) if system.compute_jitter else 1.0
@@ -65,4 +68,4 @@ def evaluate_sample(system, t: float, count: int, local_sizes: np.ndarray, model
     span = float(min(ends.max(), closes) - t)
     downloaded = (t + down < np.minimum(lost_at, closes))
     return EvaluationOutcome(asked, asked[answered], int(dropped.sum()), int(late.sum()), span,
-                             int(downloaded.sum()) * int(model_bytes), int(answered.sum()) * REPORT_BYTES)
+                             int(downloaded.sum()) * int(model_bytes), int(answered.sum()) * REPORT_BYTES, without)
