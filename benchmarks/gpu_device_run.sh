@@ -7,20 +7,22 @@
 #
 # steps (default: all but probe and papers): info tests quickstart fast bench memory probe papers
 #
-# probe: the papers sweep for a few rounds in each configuration of benchmarks/gpu_sweep_probe.py (one
-# device at a time or vectorised, with and without CUDA MPS); the fastest is written to $OUT/best.txt and
-# papers runs that way (else in PAPER_CONFIG, default base).
+# probe: the papers sweep for a few rounds in each configuration of benchmarks/gpu_sweep_probe.py
+# (PROBE_ARGS="--configs ..."); the fastest is written to $OUT/best.txt. Not needed for papers: on the
+# H100 one run at a time was the fastest (docs/gpu.md, "Many runs on one GPU").
 #
 # papers: FAST's Table 2 Fashion-MNIST cells at alpha = 0.1 (uniform and Beta participation x FedAvg and
-# FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, many runs sharing the GPU through fractional
-# shares; every run's metrics.csv, summary.json and scenario.yaml (an unfinished run's too: how far it
-# got) come back in $OUT/papers.tar.gz (commit them under results/gpu/, then `emulator report` rebuilds the tables).
+# FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, one run after another on 4 runners x 0.25 (or in
+# PAPER_CONFIG), seed 0 of every cell first, skipping the runs results/gpu/ already holds finished, until
+# PAPER_LIMIT seconds have passed (about 170 s a run on an H100). Every run's metrics.csv, summary.json and
+# scenario.yaml (an unfinished run's too: how far it got) come back in $OUT/papers.tar.gz: unpack it into
+# results/gpu/<date>-<gpu>/ and commit; `emulator report results/gpu/*/*/` rebuilds the tables.
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 steps=${*:-info tests quickstart fast bench memory}
-PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_CONFIG=${PAPER_CONFIG:-base} BENCH_ARGS=${BENCH_ARGS:-}
+PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_CONFIG=${PAPER_CONFIG:-one} BENCH_ARGS=${BENCH_ARGS:-}
 
 step() {  # step LIMIT_S NAME COMMAND...
     local limit=$1 name=$2
@@ -63,9 +65,8 @@ for s in $steps; do
         TAIL=12 step ${PROBE_LIMIT:-330} probe python3 benchmarks/gpu_sweep_probe.py --rounds ${PROBE_ROUNDS:-10} \
             --limit ${PROBE_CONFIG_LIMIT:-80} --best "$OUT/best.txt" ${PROBE_ARGS:-} ;;
     papers)
-        [ -s "$OUT/best.txt" ] && PAPER_CONFIG=$OUT/best.txt
         step ${PAPER_LIMIT:-480} papers python3 benchmarks/gpu_sweep_probe.py --papers "$OUT/runs-papers" \
-            --config "$PAPER_CONFIG" --rounds "$PAPER_ROUNDS" --limit $((${PAPER_LIMIT:-480} - 5))
+            --config "$PAPER_CONFIG" --rounds "$PAPER_ROUNDS" --limit $((${PAPER_LIMIT:-480} - 5)) --done results/gpu
         python3 - "$OUT/runs-papers" "$OUT/papers.tar.gz" <<'PY'
 import csv, json, sys, tarfile
 from pathlib import Path

@@ -1,29 +1,39 @@
-"""How fast a sweep of concurrent runs goes on one GPU, configuration by configuration.
+"""How fast FAST's paper-scale Fashion-MNIST runs go on one GPU, and the runs themselves.
 
-Issue 24's paper-scale step runs FAST's Fashion-MNIST cells (12 runs: 4 grid points x 3 seeds) as one
-sweep whose runs share the GPU's runners. Measured on an H100 (2026-11-26): 12 runs at once on 12 runners
-x 0.0833, one device at a time, took 3.56 s a round each (34 device updates a second in all), slower in
-total than one run alone on 4 runners x 0.25 (0.134 s a round, benchmarks/gpu.py). This probe runs the same
-sweep for a few rounds under each configuration below and prints seconds per round per run, rounds per
-second in all, and what 12 runs x 1000 rounds would take; `--best FILE` writes the fastest configuration's
-name for `gpu_device_run.sh papers` to use (`--papers OUT --config FILE` runs the sweep that way).
+Issue 24's paper-scale step is FAST's Table 2 Fashion-MNIST alpha = 0.1 cells: 12 runs (uniform and Beta(1,
+10) participation x FedAvg and FAST q = 0.5, 3 seeds) of 1000 rounds with the paper's CNN. Measured on an
+H100 (2026-11-26, docs/gpu.md "Many runs on one GPU"): runs sharing the card go slower in total than the
+same runs one after another. One run alone on 4 runners x 0.25 did 1000 rounds in 164 s (6.1 rounds a
+second, its evaluations included); 4 runs at once on the same runners 3.8 rounds a second in all, 12 at once
+on 12 x 0.0833 0.3 (4.3 with each cohort vectorised under CUDA MPS).
+
+Probe: the sweep for a few rounds in each configuration below; prints seconds per round per run, rounds
+per second in all and what 12 runs x 1000 rounds would take. A configuration stopped by --limit still
+counts where its runs got past round 3. `--best FILE` writes the fastest one's name.
+
+Papers: `--papers OUT` runs the 12 runs in the configuration `--config` (a name or a file --best wrote);
+`one` runs them one after another, seed 0 of every cell first, skipping every run that `--done DIR`
+already holds finished (results/gpu/*/): a session's device time finishes a few runs, and the next session
+goes on with the rest.
 
 Configurations (names for --configs):
-  base        the papers step as it was: parallel 12, runners x 0.0833, one device at a time
+  one         one run at a time on 4 runners x 0.25 (the fastest measured)
+  base        parallel 12, runners x 0.0833, one device at a time
   vec         the same, each run's cohort (10 devices) vectorised in one task (runtime.group_size 10)
   mps         base under CUDA MPS (nvidia-cuda-mps-control -d): the runners' kernels run side by side
               instead of time-sliced between processes
   vec_mps     vec under MPS
-  four        parallel 4 on 4 runners x 0.25 (the benchmark's shape, runs sharing its runners)
+  four        parallel 4 on 4 runners x 0.25, runs sharing the runners
   four_vec    four, each run's cohort vectorised in one task
 
     python benchmarks/gpu_sweep_probe.py [--rounds 10] [--configs base vec mps vec_mps] [--best FILE]
-    python benchmarks/gpu_sweep_probe.py --papers OUT --config FILE_OR_NAME --rounds 1000 --limit SECONDS
+    python benchmarks/gpu_sweep_probe.py --papers OUT --config one --rounds 1000 --limit SECONDS --done results/gpu
 """
 from __future__ import annotations
 
 import argparse
 import csv
+import json
 import os
 import shutil
 import subprocess
@@ -35,6 +45,7 @@ from pathlib import Path
 SCENARIO = "scenarios/papers/fast_fmnist.yaml"
 GRID = ["--grid", "algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}", "--grid", "algorithm.q=0,0.5"]
 CONFIGS = {  # name: (parallel, num_gpus per runner, extra --set values, needs MPS)
+    "one": (1, 0.25, [], False),
     "base": (12, 0.0833, [], False),
     "vec": (12, 0.0833, ["runtime.vectorise=true", "runtime.group_size=10"], False),
     "mps": (12, 0.0833, [], True),
@@ -106,11 +117,59 @@ def probe(name: str, rounds: int, limit_s: float) -> dict:
     per_run = [s for s in (seconds_per_round(d) for d in (out / "sweep").glob("*/")) if s is not None]
     shutil.rmtree(out, ignore_errors=True)
     row = {"config": name, "runs": len(per_run), "wall_s": round(took, 1), "error": error}
-    if per_run:
-        mean = sum(per_run) / len(per_run)
-        row.update(s_per_round=round(mean, 3), rounds_per_s=round(len(per_run) / mean, 2),
-                   minutes_12x1000=round(12 * 1000 / (len(per_run) / mean) / 60, 1))
+    if per_run:  # runs in flight at once, not runs measured: a probe past its first wave measured more
+        mean, in_flight = sum(per_run) / len(per_run), min(CONFIGS[name][0], len(per_run))
+        row.update(s_per_round=round(mean, 3), rounds_per_s=round(in_flight / mean, 2),
+                   minutes_12x1000=round(12 * 1000 / (in_flight / mean) / 60, 1))
     return row
+
+
+def finished_runs(done: str | None) -> set[str]:
+    """Names of the runs already finished under `done` (results/gpu/<session>/<run>/summary.json)."""
+    if not done:
+        return set()
+    return {summary.parent.name for summary in Path(done).glob("*/*/summary.json")
+            if json.loads(summary.read_text()).get("status") == "completed"}
+
+
+def papers_in_order(rounds: int) -> list[tuple[str, list[str]]]:
+    """The 12 runs as the sweep names them, each with its --set values: seed 0 of every cell first, so a
+    session that finishes four runs has looked at every cell once."""
+    from emulator.sweeps import parse_grid, plan_sweep  # the sweep's own names: committed runs and sweeps agree
+
+    overrides = [f"rounds={rounds}", "output.tensorboard=false"]
+    planned = plan_sweep(SCENARIO, overrides, parse_grid(GRID[1::2]), 3, Path(tempfile.gettempdir()) / "papers-plan")
+    runs = [(run.name, overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"])
+            for run in planned]
+    return sorted(runs, key=lambda item: (int(item[0].rsplit("seed", 1)[1]), runs.index(item)))
+
+
+def run_papers_one_by_one(rounds: int, out: str, limit_s: float, done: str | None) -> int:
+    """The runs one after another on 4 runners x 0.25, each in OUT/<its name>, until the time runs out;
+    a run stopped by the limit is left as it got (its metrics say how far)."""
+    _, share, sets, _ = CONFIGS["one"]
+    skip, deadline = finished_runs(done), time.time() + limit_s
+    todo = [(name, sets_) for name, sets_ in papers_in_order(rounds) if name not in skip]
+    print(f"papers: {len(todo)} runs to do ({len(skip)} finished under {done}), one at a time", flush=True)
+    for name, values in todo:
+        left = deadline - time.time()
+        if left < 30:
+            break
+        command = [sys.executable, "-m", "emulator", "run", SCENARIO, "--quiet", "--set", f"runtime.num_gpus={share}",
+                   *[arg for value in values + sets for arg in ("--set", value)], "--set", f"output.dir={out}/{name}"]
+        started = time.time()
+        try:
+            code = subprocess.run(command, timeout=left).returncode
+        except subprocess.TimeoutExpired:
+            code = 124
+        print(f"papers: {name}: exit {code} after {time.time() - started:.0f} s", flush=True)
+        for run_dir in Path(out, name).glob("*/"):  # <out>/<name>/<name>-<time>/ -> <out>/<name>/
+            for item in run_dir.iterdir():
+                item.rename(Path(out, name, item.name))
+            run_dir.rmdir()
+        if code == 124:
+            return 124
+    return 0
 
 
 def run_papers(name: str, rounds: int, out: str, limit_s: float) -> int:
@@ -140,10 +199,13 @@ def main(argv=None) -> int:
     parser.add_argument("--best", help="write the fastest configuration's name here")
     parser.add_argument("--papers", metavar="OUT", help="instead of probing, run the sweep into OUT in the "
                         "configuration --config (a name, or a file --best wrote) for --rounds rounds")
-    parser.add_argument("--config", default="base")
+    parser.add_argument("--config", default="one")
+    parser.add_argument("--done", help="with --config one: skip the runs finished under DIR (results/gpu)")
     args = parser.parse_args(argv)
     if args.papers:
         name = Path(args.config).read_text().strip() if Path(args.config).is_file() else args.config
+        if name == "one":
+            return run_papers_one_by_one(args.rounds, args.papers, args.limit, args.done)
         return run_papers(name, args.rounds, args.papers, args.limit)
     rows = []
     print("| config | runs | s / round / run | rounds / s (all runs) | 12 x 1000 rounds (min) | probe wall (s) | error |")
@@ -153,7 +215,7 @@ def main(argv=None) -> int:
         rows.append(row)
         print(f"| {name} | {row.get('runs', 0)} | {row.get('s_per_round', '')} | {row.get('rounds_per_s', '')} | "
               f"{row.get('minutes_12x1000', '')} | {row.get('wall_s', '')} | {row.get('error') or ''} |", flush=True)
-        measured = [r for r in rows if r.get("rounds_per_s") and not r.get("error")]
+        measured = [r for r in rows if r.get("rounds_per_s")]
         if args.best and measured:  # after every row: a probe stopped by its caller's limit still names one
             best = max(measured, key=lambda r: r["rounds_per_s"])["config"]
             Path(args.best).write_text(best + "\n")
