@@ -67,8 +67,7 @@ def main() -> None:
     local_x, local_y = federation.local_test.tensors()
     total = len(local_y)
     pool_x, pool_y = federation.train.tensors(np.arange(total) % len(federation.train))  # same count, central
-    owner = federation.local_owner()
-    fleet = FleetEvaluation(owner, federation.num_devices, {})
+    fleet = FleetEvaluation(federation.local_sizes, {})
     reported = np.zeros(federation.num_devices, dtype=np.int64)
     offsets = federation.local_offsets
 
@@ -77,7 +76,7 @@ def main() -> None:
 
     def oracle():
         loss, correct = evaluate_per_sample(model, local_x, local_y, args.batch)
-        fleet.score(loss, correct, reported)
+        fleet.score(None, loss, correct, reported)
 
     def per_device():
         for d in range(federation.num_devices):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import math
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -376,3 +377,13 @@ def test_leaf_keeps_each_users_own_test_samples_as_that_devices_split(tmp_path):
         build_federation(validate_scenario(small_scenario(**{"data.local_test": {"split": "dataset"}})).data, 40, 3)
     with pytest.raises(Exception, match="data.local_test.fraction"):
         validate_scenario(small_scenario(**{"data.local_test": {"split": "dataset", "fraction": 0.2}}))
+
+
+def test_device_eval_benchmark_runs_against_the_current_api(monkeypatch, capsys):
+    """benchmarks/device_eval.py drives FleetEvaluation directly; a signature change once broke it silently."""
+    import runpy
+    import sys
+    monkeypatch.setattr(sys, "argv", ["device_eval.py", "--devices", "60", "--repeat", "1"])
+    runpy.run_path(str(Path(__file__).parent.parent / "benchmarks" / "device_eval.py"), run_name="__main__")
+    table = capsys.readouterr().out
+    assert "| central" in table and "| oracle" in table and "| per device: " in table
