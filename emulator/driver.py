@@ -35,6 +35,7 @@ from emulator.parts import load_scenario
 from emulator.parts.plugins import innermost, module_files, users_paths
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording import health
+from emulator.recording.device_state import DEVICE_STATE_DIR
 from emulator.recording.recorder import Recorder, stamp, thread_record
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline
@@ -221,6 +222,7 @@ class _Server:
         self.scenario, self.run_key, self.pool = scenario, run_key, pool
         self.runtime_env = runtime_env
         self.context_box: list | None = None
+        self.state_dir: str | None = None  # the run directory's device_state/ (personalized algorithms)
         self.actor = None
         self.starts = 0
         self.spawn(spare)
@@ -249,7 +251,7 @@ class _Server:
         if context_box is not None:
             self.context_box = context_box
         self.call("setup", {"plugins": list(self.scenario.plugins)}, self.context_box, self.pool.runners,
-                  self.scenario.runtime.torch_threads, pickle.dumps(self.scenario))
+                  self.scenario.runtime.torch_threads, pickle.dumps(self.scenario), self.state_dir)
         return self.call("load_state", state) if state is not None else 0
 
     def call(self, method: str, *args, stop: StopRequest | None = None):
@@ -326,6 +328,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             context_box = [context] if in_process else [ray.put(context)]
             with profile.phase("actors ready (server set up, runners loaded the run)"):
                 state = start.checkpoint.state if directory is not None and start.checkpoint else None
+                if directory is not None:
+                    server.state_dir = str(directory.path / DEVICE_STATE_DIR)
                 loaded = server.start(context_box, state, fresh=False)
                 for note in server.call("preflight"):
                     notify(f"note: {note}")
@@ -334,6 +338,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 directory = RunDirectory.create(scenario, start.out, header=_scenario_header(start.data_source))
                 if start.data_source is not None:
                     write_record(directory.path, start.data_source)
+                server.state_dir = str(directory.path / DEVICE_STATE_DIR)  # for a restart, and from now on
+                server.call("attach_directory", server.state_dir)
                 recorder, resumed_from = Recorder(directory, scenario, server, on_round), None
             else:
                 resumed_from = loaded

@@ -42,6 +42,16 @@ def size(model: nn.Module) -> int:
     return sum(t.numel() for t in communicated(model))
 
 
+def layout(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
+    """(state-dict name, start, stop) of each communicated tensor in the flat vector, in order."""
+    spans, offset = [], 0
+    for name, tensor in model.state_dict(keep_vars=True).items():
+        if torch.is_floating_point(tensor):
+            spans.append((name, offset, offset + tensor.numel()))
+            offset += tensor.numel()
+    return tuple(spans)
+
+
 def nbytes(model: nn.Module) -> int:
     """Bytes on the wire for one copy of the model, by each tensor's own dtype."""
     return sum(t.numel() * t.element_size() for t in communicated(model))

@@ -34,6 +34,7 @@ class ClientUpdate:
     delta: np.ndarray
     stats: TrainStats
     multiplicity: int = 1  # how many times the device was drawn this round (sampling with replacement)
+    own: np.ndarray | None = None  # a personalized algorithm's: the device's own entries after the round
 
 
 ServerTrainer = Callable[[np.ndarray, LocalTraining, str], "tuple[np.ndarray, TrainStats]"]
@@ -54,6 +55,9 @@ class AlgorithmContext:
     # The server's release of a round's mean (client-level DP adds noise over the expected cohort): FedAvg's
     # mean_delta passes its WeightedMean through it. None: the mean as summed.
     release: Callable[["WeightedMean", int], "WeightedMean"] | None = None
+    model_name: str = ""
+    parameter_layout: tuple[tuple[str, int, int], ...] = ()  # (name, start, stop) of each tensor in the vector
+    state_dir: Callable[[], str | None] | None = None  # where per-device state lives, asked at its first write
 
 
 class Algorithm:
@@ -61,6 +65,8 @@ class Algorithm:
     columns: tuple[str, ...] = ()  # extra per-round metric columns this algorithm fills in
     payload = (1, 1)  # model-sized vectors each device downloads and uploads (SCAFFOLD: 2, 2)
     honours_rates = False  # applies algorithm.server_optimizer and the *_lr_schedule fields (FedAvg's family does)
+    personal = None  # a Personalization where devices keep state of their own (algorithms/personalized.py)
+    shared_share = 1.0  # the share of the model that travels (FedPer's personal layers never do)
 
     def __init__(self, config, context: AlgorithmContext):
         self.config = config
@@ -88,6 +94,14 @@ class Algorithm:
     def job_payload(self, device: int) -> np.ndarray | None:
         """An extra per-device vector for the runner (SCAFFOLD's gradient correction c - c_i)."""
         return None
+
+    def own_state(self, device: int) -> np.ndarray | None:
+        """A personalized algorithm's: the device's own entries as they stand (None: none yet)."""
+        return None
+
+    def devices_with_state(self) -> np.ndarray:
+        """A personalized algorithm's: the devices that hold state of their own, in device order."""
+        return np.zeros(0, np.int64)
 
     def samples_processed(self, devices: np.ndarray, sizes: np.ndarray) -> np.ndarray:
         """Samples each device puts through the model this round (its compute time is charged for these)."""

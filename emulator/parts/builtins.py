@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from emulator.aggregation import optimizers as server_optimizers
 from emulator.aggregation.optimizers import ServerOptimizer, adaptive
-from emulator.algorithms import asynchronous, fast, fedavg, fsl, safari, scaffold, selection
+from emulator.algorithms import asynchronous, fast, fedavg, fsl, personalized, safari, scaffold, selection
 from emulator.data import custom, leaf
 from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
 from emulator.data.partition import (
@@ -47,6 +47,8 @@ register_algorithm("fedavg", fedavg.FedAvg, config=fedavg.FedAvgConfig, client_d
 register_algorithm("fedprox", fedavg.FedProx, config=fedavg.FedProxConfig, client_dp=True)
 register_algorithm("fedavgm", fedavg.FedAvgM, config=fedavg.FedAvgMConfig, client_dp=True)
 register_algorithm("scaffold", scaffold.Scaffold, config=scaffold.ScaffoldConfig)
+register_algorithm("fedper", personalized.FedPer, config=personalized.FedPerConfig)
+register_algorithm("ditto", personalized.Ditto, config=personalized.DittoConfig)
 register_algorithm("safari", safari.Safari, config=safari.SafariConfig, needs_server_data=True, client_dp=True)
 register_algorithm("fsl", fsl.Fsl, config=fsl.FslConfig, needs_server_data=True, client_dp=True)
 register_algorithm("ds", fsl.DataSharing, config=fsl.DataSharingConfig, needs_server_data=True, client_dp=True)

@@ -28,6 +28,7 @@ from emulator.training import cohort
 from emulator.training import precision as numerics
 from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, evaluate_per_sample,
                                      seed_dropout, seeded_generator, set_torch_threads, train_locally)
+from emulator.training.personal import Personalization, personal_params, train_personal_round
 
 
 @dataclass(frozen=True)
@@ -58,6 +59,8 @@ class DeviceJob:
     seed: int  # derived from (scenario seed, round, device): the same whichever runner trains it
     multiplicity: int = 1
     correction: np.ndarray | None = None  # SCAFFOLD: c - c_i, added to every gradient
+    personalization: Personalization | None = None  # FedPer / Ditto: the device keeps state of its own
+    own: np.ndarray | None = None  # that state as it stands (None: the device has none yet)
 
 
 class DeviceRunner:
@@ -162,6 +165,27 @@ class DeviceRunner:
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
             return evaluate_per_sample(model, x, y, batch_size, context.precision)
 
+    def evaluate_personal(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+                          devices: np.ndarray, owns: list[np.ndarray], mask: np.ndarray
+                          ) -> tuple[np.ndarray, np.ndarray]:
+        """Each device's own model (the global vector with its own entries in place) on its local test split:
+        each sample's loss and correctness, device after device, as evaluate_devices gives them."""
+        context, model = self._run(run_key, context_box)
+        x, y = self._local_split(context)
+        offsets = context.federation.local_offsets
+        losses, corrects = [np.zeros(0, np.float64)], [np.zeros(0, bool)]
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+            for device, own in zip(devices, owns):
+                start, stop = int(offsets[device]), int(offsets[device + 1])
+                if stop == start:
+                    continue
+                param_vector.load(model, personal_params(global_params, own, mask))
+                loss, correct = evaluate_per_sample(model, x[start:stop], y[start:stop], batch_size,
+                                                    context.precision)
+                losses.append(loss)
+                corrects.append(correct)
+        return np.concatenate(losses), np.concatenate(corrects)
+
     def finetune_evaluate(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
                           batch_size: int) -> list[tuple[int, int, float]]:
         """Fine-tune, then evaluate: for each job's device, the global model trained on the device's own data
@@ -231,6 +255,11 @@ class DeviceRunner:
         """One device's local training from the global vector; its update."""
         context, model = self._run(job.run_key, context_box)
         x, y = self._samples(context, job)
+        if job.personalization is not None:
+            with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+                delta, stats, own = train_personal_round(model, x, y, job.spec, job.seed, global_params, job.own,
+                                                         job.personalization, context.precision, self.device)
+            return ClientUpdate(job.device, len(y), delta, stats, job.multiplicity, own)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         seed_dropout(job.seed, self.device)  # dropout masks
@@ -247,7 +276,7 @@ class DeviceRunner:
         With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
-        if not vectorise or len(jobs) < 2:
+        if not vectorise or len(jobs) < 2 or any(job.personalization is not None for job in jobs):
             return [self.train(context_box, global_params, job) for job in jobs]
         context, model = self._run(jobs[0].run_key, context_box)
         if cohort.supports(model) is not None:

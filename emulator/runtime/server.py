@@ -59,11 +59,13 @@ class FederatedServer:
         return True
 
     def setup(self, scenario: dict, context_box: list, runners: list, torch_threads: int | None = None,
-              validated: bytes | None = None) -> None:
+              validated: bytes | None = None, state_dir: str | None = None) -> None:
         """`validated`: the driver's Scenario, pickled. Taken as it is, not validated again here: this process
         may run elsewhere (a warm instance started in another directory, another node), where a check of a
-        relative path, a plugin's or ours, would look in the wrong place."""
+        relative path, a plugin's or ours, would look in the wrong place. `state_dir`: where a personalized
+        algorithm keeps its devices' state (the run directory's device_state/; None: a temporary one)."""
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
+        self.state_dir = state_dir
         load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
         self.scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
         self.context_box = context_box
@@ -95,9 +97,11 @@ class FederatedServer:
                 num_devices=federation.num_devices, device_sizes=self.sizes, num_params=len(self.params),
                 seed=self.scenario.seed, server_samples=len(federation.server_indices), server_train=self.server_train,
                 parameter_mask=param_vector.parameter_mask(self.model), total_rounds=self.scenario.rounds,
-                release=self.upload.release if self.upload.dp is not None else None))
+                release=self.upload.release if self.upload.dp is not None else None, model_name=context.model_name,
+                parameter_layout=param_vector.layout(self.model), state_dir=lambda: self.state_dir))
         if is_plugin(entry.origin):  # a user's hooks are guarded and what they return is checked
             self.algorithm = GuardedAlgorithm(self.algorithm, entry.origin, entry.name, len(self.params))
+        self.transfer_bytes = int(round(self.model_bytes * self.algorithm.shared_share))  # what travels
         self.system = build_system(self.scenario, self.label_counts)
         self.fleet = None  # evaluation.devices: the global model on every device's own test split
         if self.scenario.evaluation.devices is not None:
@@ -155,13 +159,15 @@ class FederatedServer:
         down, up = self.algorithm.payload
         outcome = self.system.client_round(CohortRequest(
             round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(seed, "selection", r),
-            bytes_down=down * self.model_bytes, bytes_up=self.upload_bytes(up),
+            bytes_down=down * self.transfer_bytes, bytes_up=self.upload_bytes(up),
             samples_processed=lambda devices: self.algorithm.samples_processed(devices, self.sizes),
             snapshot=plan.kind == "snapshot", wait_for_all=plan.wait_for_all, secure=self._secure(r)))
         devices, counts = distinct_in_draw_order(outcome.reported)
         algorithm = self.algorithm
+        how = algorithm.personal  # FedPer / Ditto: each job carries the device's own state
         jobs = [DeviceJob(self.run_key, int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)),
-                          int(c), algorithm.job_payload(int(d))) for d, c in zip(devices, counts)]
+                          int(c), algorithm.job_payload(int(d)), how,
+                          None if how is None else algorithm.own_state(int(d))) for d, c in zip(devices, counts)]
         updates: list[ClientUpdate] = []
 
         runtime = self.scenario.runtime
@@ -228,7 +234,7 @@ class FederatedServer:
             down, up = self.algorithm.payload
             self.stream = AsyncStream(
                 self.system, self.algorithm.concurrency, plan.selection, self.scenario.seed,
-                down * self.model_bytes, self.upload_bytes(up),
+                down * self.transfer_bytes, self.upload_bytes(up),
                 lambda devices: self.algorithm.samples_processed(devices, self.sizes),
                 deadline_s=self.system.config.deadline_s)
             if self._stream_state is not None:
@@ -323,7 +329,7 @@ class FederatedServer:
         """What a reporting device uploads: `vectors` model-sized vectors, the update encoded when compressed
         (the encoder counts its payload: values, indices, scales)."""
         encoded = self.upload.encoded_bytes()
-        return vectors * self.model_bytes if encoded is None else encoded + (vectors - 1) * self.model_bytes
+        return vectors * self.transfer_bytes if encoded is None else encoded + (vectors - 1) * self.transfer_bytes
 
     def server_train(self, params: np.ndarray, spec, purpose: str):
         """SGD on the server's own data set from `params` (SAFARI's server rounds, FSL's server learning).
@@ -336,6 +342,10 @@ class FederatedServer:
                               precision=self.precision)
         self.server_samples_this_round += int(spec.samples_processed(len(self.server_y)))
         return param_vector.flatten(self.model), stats
+
+    def attach_directory(self, state_dir: str) -> None:
+        """A fresh run's directory exists only after the server is set up: where device state goes from now."""
+        self.state_dir = state_dir
 
     def get_state(self) -> dict:
         """Everything that carries over between rounds, for a checkpoint after round `round`. An asynchronous
@@ -388,7 +398,7 @@ class FederatedServer:
             return notes
         down, up = self.algorithm.payload
         everyone = np.arange(len(self.sizes))
-        fastest = self.system.fastest_round_s(down * self.model_bytes, self.upload_bytes(up),
+        fastest = self.system.fastest_round_s(down * self.transfer_bytes, self.upload_bytes(up),
                                               self.algorithm.samples_processed(everyone, self.sizes))
         config = self.system.config
         for field, deadline in (("system.deadline_s", config.deadline_s),
@@ -464,14 +474,12 @@ class FederatedServer:
             optimizer=config.finetune.optimizer)
         if config.sample is not None:
             deadline = config.deadline_s if config.deadline_s is not None else self.scenario.system.deadline_s
-            outcome = evaluate_sample(self.system, now_s, config.sample, self.fleet.local_sizes, self.model_bytes,
+            outcome = evaluate_sample(self.system, now_s, config.sample, self.fleet.local_sizes, self.transfer_bytes,
                                       deadline, rng(self.scenario.seed, "device-evaluation", r),
                                       None if tuning is None else tuning.samples_processed(self.sizes))
         devices = self.fleet.scored_devices(outcome)
         reported = self.system.ledger.counts["reported"]
-        loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
-            self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
-            devices))
+        loss, correct = self._device_scores(devices)
         columns, table = self.fleet.score(devices, loss, correct, reported, outcome)
         if tuning is not None:
             tuned = table["device"]  # the devices scored: every one with a split (oracle), else those that answered
@@ -480,6 +488,40 @@ class FederatedServer:
         if config.csv:
             columns[DEVICE_EVAL] = table
         return columns
+
+    def _device_scores(self, devices: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """Each local test sample's loss and correctness for `devices` (None: all), device after device: the
+        global model in one pass, except that a device with state of its own (FedPer, Ditto) is scored with
+        its own model (on the runners, in chunks spread over them)."""
+        params_ref, batch = self.pool.put(self.params), self.scenario.evaluation.batch_size
+        how = self.algorithm.personal
+        order = np.arange(len(self.fleet.local_sizes)) if devices is None else np.asarray(devices, np.int64)
+        holding = order[np.isin(order, self.algorithm.devices_with_state())] if how is not None else order[:0]
+        if not len(holding):
+            return inline.get(self.pool.runners[0].evaluate_devices.remote(
+                self.run_key, self.context_box, params_ref, batch, devices))
+        owns = set(holding.tolist())
+        sizes = self.fleet.local_sizes[order]
+        pieces: dict[int, tuple[np.ndarray, np.ndarray]] = {}
+        shared = np.array([d for d in order if int(d) not in owns], dtype=np.int64)
+        if len(shared):
+            loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
+                self.run_key, self.context_box, params_ref, batch, shared))
+            cuts = np.cumsum(self.fleet.local_sizes[shared])[:-1]
+            pieces.update(zip(shared.tolist(), zip(np.split(loss, cuts), np.split(correct, cuts))))
+        own_devices = [d for d in holding.tolist() if self.fleet.local_sizes[d] > 0]
+        # chunks spread over the runners, each under 64 MiB of state: fetched from the store as they are sent
+        size = max(1, min(-(-len(own_devices) // (4 * len(self.pool.runners))), (64 << 20) // (4 * how.width)))
+        chunks = [own_devices[i:i + size] for i in range(0, len(own_devices), size)]
+        for chunk, (loss, correct) in zip(chunks, self.pool.map_ordered(chunks, lambda runner, chunk: (
+                runner.evaluate_personal.remote(self.run_key, self.context_box, params_ref, batch, chunk,
+                                                [self.algorithm.own_state(d) for d in chunk], how.mask)))):
+            cuts = np.cumsum(self.fleet.local_sizes[chunk])[:-1]
+            pieces.update(zip(chunk, zip(np.split(loss, cuts), np.split(correct, cuts))))
+        empty = (np.zeros(0, np.float64), np.zeros(0, bool))
+        scored = [pieces.get(int(d), empty) for d, n in zip(order, sizes) if n > 0]
+        return (np.concatenate([p[0] for p in scored] or [empty[0]]),
+                np.concatenate([p[1] for p in scored] or [empty[1]]))
 
     def _finetune(self, r: int, spec, devices: np.ndarray) -> list[tuple[int, int, float]]:
         """Fine-tune, then evaluate, `devices` on the runners (chunks spread over them): per device, its

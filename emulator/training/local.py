@@ -57,7 +57,7 @@ def make_optimizer(spec: LocalTraining, parameters) -> torch.optim.Optimizer:
 
 def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec: LocalTraining,
                   generator: torch.Generator, correction: list[torch.Tensor] | None = None,
-                  precision: str = "fp32") -> TrainStats:
+                  precision: str = "fp32", anchor: list[torch.Tensor] | None = None) -> TrainStats:
     """Run the device's local steps in place on `model`.
 
     Minibatches walk through a shuffled order and reshuffle when it is used up, so K steps and E epochs
@@ -65,6 +65,8 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     `correction` (one tensor per parameter) is added to every gradient: SCAFFOLD's c - c_i.
     `precision` (runtime.precision): "bf16" runs the forward pass and loss under bf16 autocast, the
     weights, gradients and optimizer staying float32 (emulator/training/precision.py).
+    `anchor` (one tensor per parameter): where `spec.prox_mu` pulls towards, if not the starting weights
+    (Ditto's personal model is pulled towards the global model, not towards where it starts).
     """
     n = len(labels)
     steps = spec.steps_for(n)
@@ -72,7 +74,10 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
         return TrainStats(0, float("nan"), float("nan"))
     batch = min(spec.batch_size, n)
     optimizer = make_optimizer(spec, model.parameters())
-    anchor = [p.detach().clone() for p in model.parameters()] if spec.prox_mu > 0 else None
+    if spec.prox_mu > 0 and anchor is None:
+        anchor = [p.detach().clone() for p in model.parameters()]
+    elif spec.prox_mu == 0:
+        anchor = None
     inputs = numerics.prepare_inputs(inputs, model, precision)
     model.train()
     loss_sum = torch.zeros((), device=inputs.device)

@@ -1,0 +1,188 @@
+"""Personalization with per-device state that lasts: FedPer's personal layers, Ditto's personal models, the
+on-disk store that holds them (emulator/recording/device_state.py), its checkpoints and kill -9."""
+from __future__ import annotations
+
+import csv
+import pickle
+import signal
+
+import numpy as np
+import pytest
+import yaml
+from conftest import comparable, small_scenario
+from test_faults import start_cli, wait_for_rows
+
+from emulator.cli import main
+from emulator.data import build_federation
+from emulator.driver import run_scenario
+from emulator.models.zoo import build_model
+from emulator.params import layout
+from emulator.params import load as load_params
+from emulator.parts import validate_scenario
+from emulator.recording import checkpoint as checkpoints
+from emulator.recording.device_state import DeviceStateStore
+from emulator.training.local import evaluate_per_sample
+from emulator.training.personal import personal_params
+
+SKEWED = {"rounds": 20, "model": "mlp", "data.partition": {"scheme": "dirichlet", "alpha": 0.1},
+          "data.local_test": {"fraction": 0.2, "min_samples": 1}, "evaluation.devices": {},
+          "output.checkpoint_every": 5}
+FEDPER = {"name": "fedper", "personal_layers": ["5"]}  # the MLP's output layer (a Sequential's index)
+DITTO = {"name": "ditto", "lam": 0.1}
+
+
+def scenario(algorithm: dict | None = None, **overrides):
+    raw = small_scenario(**{**SKEWED, **overrides})
+    raw["algorithm"] = {**raw["algorithm"], **(algorithm or {})}
+    return raw
+
+
+def last_row(path) -> dict:
+    with open(path / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))[-1]
+
+
+def device_rows(path, round_index: int) -> dict[int, dict]:
+    with open(path / "device_eval.csv", newline="") as handle:
+        return {int(r["device"]): r for r in csv.DictReader(handle) if int(r["round"]) == round_index}
+
+
+# ------------------------------------------------------------------------------------------ the store
+def test_the_store_returns_what_was_put_and_a_checkpoint_brings_back_exactly_its_bytes(tmp_path):
+    store = DeviceStateStore(tmp_path, num_devices=10, width=3)
+    assert store.get(4) is None and len(store) == 0
+    store.put(4, np.array([1, 2, 3], np.float32))
+    store.put(7, np.array([4, 5, 6], np.float32))
+    saved = pickle.loads(pickle.dumps(store.state()))  # as a checkpoint holds it
+    file = next(tmp_path.glob("slots-*.f32"))
+    at_checkpoint = file.read_bytes()
+    store.put(4, np.array([9, 9, 9], np.float32))  # rounds after the checkpoint: appended, never overwritten
+    store.put(2, np.array([8, 8, 8], np.float32))
+    assert store.get(4).tolist() == [9, 9, 9] and file.read_bytes().startswith(at_checkpoint)
+
+    resumed = DeviceStateStore(tmp_path, num_devices=10, width=3)  # a new process after kill -9
+    resumed.load_state(saved)
+    assert file.read_bytes() == at_checkpoint  # what later rounds appended is cut off
+    assert resumed.get(4).tolist() == [1, 2, 3] and resumed.get(7).tolist() == [4, 5, 6]
+    assert resumed.get(2) is None and np.flatnonzero(resumed.slot_of >= 0).tolist() == [4, 7]
+
+
+def test_mostly_dead_slots_are_compacted_and_the_old_generation_outlives_one_checkpoint(tmp_path):
+    store = DeviceStateStore(tmp_path, num_devices=4, width=2)
+    for step in range(40):  # 4 live slots, 156 dead
+        for device in range(4):
+            store.put(device, np.full(2, step * 10 + device, np.float32))
+    first = store.state()
+    assert first["generation"] == 1 and first["slots"] == 4  # compacted into the next generation
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slots-0.f32", "slots-1.f32"]  # the old one kept
+    assert [store.get(d).tolist() for d in range(4)] == [[390 + d] * 2 for d in range(4)]
+    store.put(0, np.zeros(2, np.float32))
+    store.state()  # the checkpoint after: generation 0 is no longer named by any checkpoint on disk
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["slots-1.f32"]
+    fresh = DeviceStateStore(tmp_path, num_devices=4, width=2)  # a fresh run never reuses an old file
+    fresh.put(1, np.ones(2, np.float32))
+    assert fresh.generation == 2 and store.get(1).tolist() == [391, 391]
+
+
+def test_a_checkpoint_whose_file_is_gone_is_refused(tmp_path):
+    store = DeviceStateStore(tmp_path, num_devices=2, width=2)
+    store.put(0, np.ones(2, np.float32))
+    saved = store.state()
+    store.close()
+    next(tmp_path.glob("slots-*.f32")).unlink()
+    with pytest.raises(ValueError, match="missing or shorter"):
+        DeviceStateStore(tmp_path, num_devices=2, width=2).load_state(saved)
+
+
+# ------------------------------------------------------------------------------------ the algorithms
+@pytest.fixture(scope="module")
+def skewed_runs(tmp_path_factory):
+    """FedAvg, FedPer and Ditto on the same skewed world (Dirichlet 0.1: a device holds one or two labels)."""
+    root = tmp_path_factory.mktemp("personal")
+    return {name: run_scenario(validate_scenario(scenario(algorithm)), root / name).path
+            for name, algorithm in [("fedavg", None), ("fedper", FEDPER), ("ditto", DITTO)]}
+
+
+def test_fedper_and_ditto_serve_each_device_better_than_fedavg(skewed_runs):
+    mean = {name: float(last_row(path)["device_acc_mean"]) for name, path in skewed_runs.items()}
+    assert mean["fedper"] > mean["fedavg"] + 0.1 and mean["ditto"] > mean["fedavg"] + 0.1, mean
+
+
+def test_fedper_uploads_only_the_shared_layers_and_ditto_pays_for_two_trainings(skewed_runs):
+    rows = {name: last_row(path) for name, path in skewed_runs.items()}
+    state = checkpoints.verified(skewed_runs["fedper"])[0][0].state
+    total = len(state["params"])
+    personal = state["algorithm"]["device_state"]["width"]
+    per_device = {name: int(rows[name]["bytes_up"]) / int(rows[name]["participants"]) for name in rows}
+    assert per_device["fedper"] == pytest.approx(per_device["fedavg"] * (total - personal) / total, rel=1e-6)
+    assert per_device["ditto"] == per_device["fedavg"]  # Ditto uploads the global update alone
+    assert float(rows["ditto"]["sim_time_s"]) > float(rows["fedavg"]["sim_time_s"])  # two trainings a round
+
+
+def test_device_eval_scores_each_device_with_its_own_model(skewed_runs):
+    """Recomputed by another path: the last checkpoint's global vector, the device's entries read from the
+    store's file at the checkpoint's slot, put in place and evaluated directly on the device's split."""
+    for name in ("fedper", "ditto"):
+        path = skewed_runs[name]
+        point = checkpoints.verified(path)[0][0]
+        own = point.state["algorithm"]["device_state"]
+        run = validate_scenario(yaml.safe_load((path / "scenario.yaml").read_text()))
+        federation = build_federation(run.data, run.population.devices, run.seed)
+        model = build_model("mlp", federation.train.input_shape, federation.train.num_classes, 0)
+        mask = np.ones(len(point.state["params"]), bool)
+        if name == "fedper":
+            mask[:] = False
+            for tensor, start, stop in layout(model):
+                mask[start:stop] = tensor.startswith("5.")
+        rows = device_rows(path, point.round)
+        file = path / "device_state" / f"slots-{own['generation']}.f32"
+        slots = np.fromfile(file, dtype=np.float32).reshape(-1, own["width"])
+        x, y = federation.local_test.tensors()
+        offsets = federation.local_offsets
+        checked = 0
+        for device, slot in list(zip(own["devices"], own["slot"]))[:4]:
+            if federation.local_sizes[device] == 0:
+                continue
+            load_params(model, personal_params(point.state["params"], slots[slot], mask))
+            _, correct = evaluate_per_sample(model, x[offsets[device]:offsets[device + 1]],
+                                             y[offsets[device]:offsets[device + 1]], 256)
+            assert float(rows[int(device)]["accuracy"]) == pytest.approx(correct.mean(), abs=1e-9), (name, device)
+            checked += 1
+        assert checked >= 2
+
+
+def test_personal_state_survives_kill_9_and_resumes_bit_identically(tmp_path):
+    """Ditto (a whole model per device) killed mid-run by SIGKILL, resumed: every metric, every device's
+    score, and the store's bytes as an uninterrupted run has them."""
+    raw = scenario(DITTO, rounds=40, **{"output.checkpoint_every": 2, "output.tensorboard": False})
+    reference = run_scenario(validate_scenario(raw), tmp_path / "reference").path
+    config = tmp_path / "ditto.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    run = tmp_path / "run"
+    proc = start_cli(["run", str(config), "--out", str(run), "--quiet"])
+    wait_for_rows(run, 5, proc)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert len(comparable(run)) < 40  # killed mid-run
+    assert main(["run", "--resume", str(run), "--quiet"]) == 0
+    assert comparable(run) == comparable(reference)
+    assert (run / "device_eval.csv").read_text() == (reference / "device_eval.csv").read_text()
+    final, again = (checkpoints.verified(p)[0][0].state["algorithm"]["device_state"] for p in (reference, run))
+    assert final["devices"].tolist() == again["devices"].tolist()
+    store = {p: DeviceStateStore(p / "device_state", 40, final["width"]) for p in (reference, run)}
+    for directory, state in ((reference, final), (run, again)):
+        store[directory].load_state(state)
+    for device in final["devices"]:
+        assert store[reference].get(int(device)).tobytes() == store[run].get(int(device)).tobytes()
+
+
+@pytest.mark.parametrize("layers, says", [(["head"], "'head' names no parameter of model 'mlp'; its parameters "
+                                                     "are 1.weight"),
+                                          (["1", "3", "5"], "covers every parameter")])
+def test_personal_layers_that_cannot_split_the_model_exit_2_naming_the_field(tmp_path, capsys, layers, says):
+    config = tmp_path / "bad.yaml"
+    config.write_text(yaml.safe_dump(scenario({**FEDPER, "personal_layers": layers}, rounds=2)))
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    err = capsys.readouterr().err
+    assert "algorithm.personal_layers" in err and says in err
+    assert not (tmp_path / "run").exists()  # nothing half-made
