@@ -169,6 +169,7 @@ ON_RAY = {
     "system/trace_driven.yaml",          # availability replayed from a trace
     "worlds/latent_types.yaml",          # behaviour tied to data
     "worlds/what_devices_get.yaml",      # evaluation on every device's own test split (a runner's pass)
+    "worlds/personal_layers.yaml",       # per-device state (FedPer): personal models scored on the runners
 }
 
 
