@@ -25,6 +25,7 @@ from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import ServerOptimizer
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
+from emulator.algorithms.personalized import Personalized
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
 from emulator.registry import (
@@ -51,11 +52,13 @@ from emulator.scenario import (
 from emulator.scenario.base import Count, Fraction, PositiveFloat
 from emulator.system.availability import AvailabilityModel
 from emulator.training.local import LocalTraining, TrainStats
+from emulator.training.personal import Personalization
 
 __all__ = [
     "register_algorithm", "register_model", "register_dataset", "register_partition", "register_selection",
     "register_availability", "register_server_optimizer",
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
+    "Personalized", "Personalization",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
     "ArrayDataset", "Strict", "Count", "Fraction", "PositiveFloat", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
     "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ServerOptimizerSettings", "ServerOptimizer",

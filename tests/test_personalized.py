@@ -186,3 +186,33 @@ def test_personal_layers_that_cannot_split_the_model_exit_2_naming_the_field(tmp
     err = capsys.readouterr().err
     assert "algorithm.personal_layers" in err and says in err
     assert not (tmp_path / "run").exists()  # nothing half-made
+
+
+def test_a_users_personalized_algorithm_is_a_plugin(tmp_path):
+    """LG-FedAvg (Liang et al., 2020: the lower layers stay on the device, the head is shared), written
+    against emulator.extend alone: its state is kept, checkpointed and scored like FedPer's."""
+    (tmp_path / "lg_plugin.py").write_text(
+        "from typing import Literal\n"
+        "import numpy as np\n"
+        "from emulator.extend import ClientTraining, Personalization, Personalized, register_algorithm\n\n"
+        "class LgConfig(ClientTraining):\n"
+        "    name: Literal['lg_fedavg'] = 'lg_fedavg'\n"
+        "    server_lr: float = 1.0\n\n"
+        "class LgFedAvg(Personalized):\n"
+        "    def __init__(self, config, context):\n"
+        "        head = context.parameter_layout[-1][0].split('.')[0] + '.'\n"
+        "        mask = np.zeros(context.num_params, bool)\n"
+        "        for name, start, stop in context.parameter_layout:\n"
+        "            mask[start:stop] = not name.startswith(head)\n"
+        "        super().__init__(config, context, Personalization('layers', mask))\n\n"
+        "register_algorithm('lg_fedavg', LgFedAvg, config=LgConfig)\n")
+    raw = scenario({"name": "lg_fedavg"}, rounds=6, plugins=["lg_plugin"])
+    config = tmp_path / "lg.yaml"
+    config.write_text(yaml.safe_dump(raw))
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 0
+    state = checkpoints.verified(tmp_path / "run")[0][0].state
+    model = build_model("mlp", (60,), 10, 0)
+    head = sum(stop - start for name, start, stop in layout(model) if name.startswith("5."))
+    assert state["algorithm"]["device_state"]["width"] == len(state["params"]) - head  # the body is personal
+    assert len(state["algorithm"]["device_state"]["devices"]) > 0
+    assert float(last_row(tmp_path / "run")["device_acc_mean"]) > 0
