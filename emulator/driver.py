@@ -40,7 +40,7 @@ from emulator.recording.recorder import Recorder, stamp, thread_record
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline
 from emulator.runtime import warm
-from emulator.runtime.cluster import attached_warm_instance, ray_session, runner_count
+from emulator.runtime.cluster import ray_session
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
@@ -318,7 +318,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
                 pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
             else:
                 shipped = plugin_environment(scenario.plugins)
-                pool, spare = _ray_actors(runtime, shipped, session_outlives_run, notify)
+                pool, spare = warm.run_actors(runtime, shipped, session_outlives_run, notify)
             server = _Server(scenario, run_key, pool, shipped, spare)
         directory = start.directory
         try:
@@ -360,26 +360,6 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             if directory is not None and start.directory is None:
                 directory.unlock()
     return RunResult(directory.path, summary.pop("_rows"), summary)
-
-
-def _ray_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify) -> tuple[RunnerPool, object]:
-    """The run's runner pool, and a spare server actor or None. On a warm instance (runtime/warm.py) its
-    runners and spare server, when they run this code at this runtime shape; otherwise runners of our own,
-    kept for later runs where the caller owns the session (RunnerPool.shared), their processes starting."""
-    count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
-    instance = attached_warm_instance()
-    if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
-            runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
-        notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
-        pool = RunnerPool(warm.lease_runners(count))
-        pool.leased = True
-        return pool, warm.take_server()
-    if instance is not None:  # its runners would hold the CPUs this run's own need
-        notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
-               "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
-        warm.release_runners()
-    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-    return begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False), None
 
 
 class _Data:

@@ -216,3 +216,11 @@ def test_a_users_personalized_algorithm_is_a_plugin(tmp_path):
     assert state["algorithm"]["device_state"]["width"] == len(state["params"]) - head  # the body is personal
     assert len(state["algorithm"]["device_state"]["devices"]) > 0
     assert float(last_row(tmp_path / "run")["device_acc_mean"]) > 0
+
+
+def test_compression_with_layers_that_never_travel_is_refused(tmp_path, capsys):
+    """The encoders would count FedPer's personal entries, which never leave the device: refused, not misprized."""
+    config = tmp_path / "c.yaml"
+    config.write_text(yaml.safe_dump(scenario(FEDPER, rounds=2, compression={"kind": "top_k", "fraction": 0.1})))
+    assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
+    assert "compression: algorithm 'fedper' keeps part of the model" in capsys.readouterr().err

@@ -16,7 +16,7 @@ import tempfile
 from typing import Literal
 
 import numpy as np
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emulator.algorithms.fedavg import FedAvg, local_training_from
 from emulator.recording.device_state import DeviceStateStore
@@ -32,6 +32,13 @@ class FedPerConfig(ClientTraining):
     server_lr: float = Field(1.0, gt=0)
     personal_layers: list[str] = Field(min_length=1, description="parameter names, or their module prefixes "
                                        "(e.g. 'fc3' for fc3.weight and fc3.bias), that never leave the device")
+
+    @field_validator("personal_layers", mode="before")
+    @classmethod
+    def _indices_are_names(cls, value):
+        """A Sequential's layers are named by index: `[5]` in YAML means the module '5'."""
+        return [str(v) if isinstance(v, int) and not isinstance(v, bool) else v for v in value] \
+            if isinstance(value, list) else value
 
 
 class DittoConfig(ClientTraining):

@@ -419,6 +419,10 @@ class FederatedServer:
                                 "FedAvg-family algorithm with secure aggregation")
         if scheme.kind == "none":
             return
+        if self.algorithm.shared_share < 1:
+            raise ScenarioError(f"compression: algorithm {self.scenario.algorithm.name!r} keeps part of the model on "
+                                "the devices, and the encoders count every entry of the update; use compression: "
+                                "{kind: none} with it")
         if self.algorithm.payload[1] != 1:
             raise ScenarioError(f"compression: algorithm {self.scenario.algorithm.name!r} uploads "
                                 f"{self.algorithm.payload[1]} vectors a device (e.g. SCAFFOLD's control variate), and "

@@ -31,10 +31,11 @@ from pathlib import Path
 
 import ray
 
-from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth, runner_count
+from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth, runner_count
+from emulator.runtime.pool import RunnerPool
 from emulator.runtime.warm_state import WarmInstance, alive, code_fingerprint, find, state_path
 
-__all__ = ["WarmInstance", "down", "find", "lease_runners", "release_runners", "take_server", "up"]
+__all__ = ["WarmInstance", "down", "find", "lease_runners", "release_runners", "run_actors", "take_server", "up"]
 
 NAMESPACE = "fl-emulator-warm"
 WARDEN = "warden"
@@ -57,6 +58,26 @@ def release_runners() -> None:
 def take_server():
     """The spare server actor (empty, its process started); the warden starts the next spare."""
     return ray.get(_warden().take_server.remote())
+
+
+def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify) -> tuple[RunnerPool, object]:
+    """The run's runner pool, and a spare server actor or None. On a warm instance (runtime/warm.py) its
+    runners and spare server, when they run this code at this runtime shape; otherwise runners of our own,
+    kept for later runs where the caller owns the session (RunnerPool.shared), their processes starting."""
+    count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
+    instance = attached_warm_instance()
+    if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
+            runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
+        notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
+        pool = RunnerPool(lease_runners(count))
+        pool.leased = True
+        return pool, take_server()
+    if instance is not None:  # its runners would hold the CPUs this run's own need
+        notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
+               "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
+        release_runners()
+    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+    return begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False), None
 
 
 def _warden():
