@@ -153,6 +153,7 @@ PARTITIONS = Registry("partition scheme", "scheme")
 SELECTIONS = Registry("selection policy", "kind")
 AVAILABILITY = Registry("availability model", "kind")
 SERVER_OPTIMIZERS = Registry("server optimizer", "kind")
+AGGREGATORS = Registry("aggregator", "kind")
 
 register_algorithm = ALGORITHMS.register
 register_model = MODELS.register
@@ -161,3 +162,4 @@ register_partition = PARTITIONS.register
 register_selection = SELECTIONS.register
 register_availability = AVAILABILITY.register
 register_server_optimizer = SERVER_OPTIMIZERS.register
+register_aggregator = AGGREGATORS.register

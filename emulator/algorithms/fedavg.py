@@ -15,6 +15,7 @@ from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import build_server_optimizer
+from emulator.aggregation.robust import build_aggregator
 from emulator.aggregation.schedules import lr_at
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
@@ -77,6 +78,10 @@ class FedAvg(Algorithm):
         self._round, self._rates = 1, None
         if self.scheduled:  # the rates in use go into metrics.csv; without a schedule the columns stay as they were
             self.columns = tuple(self.columns) + tuple(self.rates)
+        self.aggregator = build_aggregator(getattr(config, "aggregator", None))
+        self.acceptance: tuple[np.ndarray, np.ndarray] | None = None  # (devices, accepted) of the last robust round
+        if self.aggregator is not None:
+            self.columns = tuple(self.columns) + ("updates_accepted",)
 
     # ------------------------------------------------------------------------------------ rates
     @property
@@ -116,12 +121,32 @@ class FedAvg(Algorithm):
         return float(base * update.multiplicity)
 
     def mean_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
+        if self.aggregator is not None:
+            return self.robust_delta(params, updates)
         mean = WeightedMean(len(params))
         for update in updates:
             mean.add(update.delta, self.weight(update))
             self.observe(update)
         release = self.context.release  # client-level DP: the noised sum over the expected cohort
         return release(mean, self._round) if release is not None else mean
+
+    def robust_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
+        """algorithm.aggregator's rule over the round's updates (every one at once: the rules need them all),
+        as a mean of weight 1; which updates it accepted is kept for the round's metrics."""
+        kept = []
+        for update in updates:
+            weight = self.weight(update)
+            self.observe(update)
+            if weight > 0:
+                kept.append((update.device, update.delta, weight))
+        mean = WeightedMean(len(params))
+        if not kept:
+            self.acceptance = (np.zeros(0, np.int64), np.zeros(0, bool))
+            return mean
+        result = self.aggregator(np.stack([delta for _, delta, _ in kept]), np.array([w for _, _, w in kept]))
+        self.acceptance = (np.array([device for device, _, _ in kept], np.int64), np.asarray(result.accepted, bool))
+        mean.add(np.asarray(result.aggregate, np.float64), 1.0)
+        return mean
 
     def observe(self, update: ClientUpdate) -> None:
         """Per-update bookkeeping beyond the mean (SCAFFOLD's control variates)."""
@@ -137,7 +162,11 @@ class FedAvg(Algorithm):
         return self.server_step(params, mean.mean())
 
     def after_round(self, row: dict) -> dict:
-        return dict(self.lr) if self.scheduled else {}
+        values = dict(self.lr) if self.scheduled else {}
+        if self.aggregator is not None:
+            values["updates_accepted"] = int(self.acceptance[1].sum()) if self.acceptance is not None else 0
+            self.acceptance = None
+        return values
 
     def state(self) -> dict:
         """The server optimizer's moments (sgd has none: the state, and old checkpoints, stay as they were)."""

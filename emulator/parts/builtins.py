@@ -8,6 +8,7 @@ needs to check a scenario before anything runs.
 from __future__ import annotations
 
 from emulator.aggregation import optimizers as server_optimizers
+from emulator.aggregation import robust
 from emulator.aggregation.optimizers import ServerOptimizer, adaptive
 from emulator.algorithms import asynchronous, fast, fedavg, fsl, personalized, safari, scaffold, selection
 from emulator.data import custom, leaf
@@ -31,6 +32,7 @@ from emulator.models import text as text_models
 from emulator.models import zoo as models
 from emulator.models.text import char_lstm
 from emulator.registry import (
+    register_aggregator,
     register_algorithm,
     register_availability,
     register_dataset,
@@ -169,6 +171,10 @@ register_availability("trace", lambda entry, members, stream, key, world: availa
 # ---------------------------------------------------------------------------------- server optimizers
 register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(),
                           config=server_optimizers.SgdServerOptimizer)
+register_aggregator("median", robust.median_rule, config=robust.MedianAggregator)
+register_aggregator("trimmed_mean", robust.trimmed_mean_rule, config=robust.TrimmedMeanAggregator)
+register_aggregator("krum", robust.krum_rule, config=robust.KrumAggregator)
+register_aggregator("norm_bound", robust.norm_bound_rule, config=robust.NormBoundAggregator)
 register_server_optimizer("adagrad", adaptive, config=server_optimizers.AdagradServerOptimizer)
 register_server_optimizer("adam", adaptive, config=server_optimizers.AdamServerOptimizer)
 register_server_optimizer("yogi", adaptive, config=server_optimizers.YogiServerOptimizer)

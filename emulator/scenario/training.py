@@ -7,7 +7,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from emulator.registry import ALGORITHMS, SELECTIONS, SERVER_OPTIMIZERS, Plugged
+from emulator.registry import AGGREGATORS, ALGORITHMS, SELECTIONS, SERVER_OPTIMIZERS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 
 
@@ -32,6 +32,16 @@ class ServerOptimizerSettings(Strict):
 
 
 ServerOptimizer = Plugged(SERVER_OPTIMIZERS, ServerOptimizerSettings)
+
+
+class AggregatorSettings(Strict):
+    """The base of every robust aggregation rule's config (algorithm.aggregator); `kind` names it. The math
+    is emulator/aggregation/robust.py. `f`, where a rule has it, is the attackers it assumes per round."""
+
+    kind: str
+
+
+Aggregator = Plugged(AGGREGATORS, AggregatorSettings)
 
 
 class ScheduleSettings(Strict):
@@ -127,6 +137,7 @@ class ClientTraining(Strict):
     client_lr_schedule: Optional[LrSchedule] = None  # client_lr round by round (emulator/aggregation/schedules.py)
     server_lr_schedule: Optional[LrSchedule] = None  # server_lr round by round
     server_optimizer: Optional[ServerOptimizer] = None  # the server step (None: sgd, x + server_lr mean(delta))
+    aggregator: Optional[Aggregator] = None  # a robust rule instead of the weighted mean (None: the mean)
 
     @model_validator(mode="before")
     @classmethod
@@ -143,6 +154,11 @@ class ClientTraining(Strict):
             self.local_steps = 10
         if self.sampling == "with_replacement" and self.selection.kind != "uniform":
             raise ValueError("sampling with_replacement only applies to selection kind uniform")
+        assumed = getattr(self.aggregator, "f", None)
+        if assumed is not None and 2 * assumed >= self.clients_per_round:
+            raise ScenarioFieldError("aggregator.f", f"{assumed} attackers assumed in a cohort of "
+                                     f"{self.clients_per_round}: a robust rule needs f < half the cohort; lower f "
+                                     "or raise clients_per_round")
         return self
 
 

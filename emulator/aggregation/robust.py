@@ -1,0 +1,167 @@
+"""Byzantine-robust aggregation rules: what the server makes of a round's updates when some may be hostile.
+
+Pure functions of the round's updates (one row per update, in arrival order) that return the aggregate the
+server steps with, and which updates it accepted (the attackers' share of accepted updates is measured
+from that). References:
+- coordinate-wise median and trimmed mean: Yin et al., "Byzantine-robust distributed learning: towards
+  optimal statistical rates", ICML 2018 (trimmed mean drops the beta share largest and smallest per
+  coordinate);
+- Krum and Multi-Krum: Blanchard et al., "Machine learning with adversaries: Byzantine tolerant gradient
+  descent", NeurIPS 2017 (score: the sum of squared distances to the n - f - 2 nearest other updates;
+  Krum keeps the lowest, Multi-Krum averages the m lowest);
+- norm bounding: Sun et al., "Can you really backdoor federated learning?", 2019 (each update scaled to
+  at most norm M; adaptive here: M is the round's median update norm times a factor).
+Median, trimmed mean and Krum are unweighted, as their papers define them; norm bounding keeps the
+host's weights.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+import numpy as np
+from pydantic import Field
+
+from emulator.errors import PluginError, guard, is_plugin
+from emulator.registry import AGGREGATORS
+from emulator.scenario.training import AggregatorSettings
+
+
+@dataclass(frozen=True)
+class RobustResult:
+    aggregate: np.ndarray  # float64, the vector the server steps with (a mean delta)
+    accepted: np.ndarray  # bool per update: whether it shaped the aggregate as itself
+    note: str = ""  # why a rule could not run as asked (e.g. too few updates for Krum), "" when it did
+
+
+def coordinate_median(updates: np.ndarray) -> RobustResult:
+    """The per-coordinate median (an even count: the mean of the two middle values). Every update counts
+    as accepted: none is dropped whole."""
+    rows = np.asarray(updates, np.float64)
+    return RobustResult(np.median(rows, axis=0), np.ones(len(rows), bool))
+
+
+def trimmed_mean(updates: np.ndarray, beta: float) -> RobustResult:
+    """Per coordinate, the mean after dropping the floor(beta n) largest and smallest values."""
+    if not 0 <= beta < 0.5:
+        raise ValueError(f"trimmed mean: beta {beta} must be in [0, 0.5)")
+    rows = np.asarray(updates, np.float64)
+    cut = int(np.floor(beta * len(rows)))
+    kept = np.sort(rows, axis=0)[cut:len(rows) - cut]
+    return RobustResult(kept.mean(axis=0), np.ones(len(rows), bool))
+
+
+def krum_scores(updates: np.ndarray, f: int) -> np.ndarray:
+    """Each update's Krum score: the sum of its squared distances to its n - f - 2 nearest other updates
+    (at least 1, where a round has fewer updates than Krum needs)."""
+    rows = np.asarray(updates, np.float64)
+    n = len(rows)
+    squares = (rows ** 2).sum(axis=1)
+    distances = np.maximum(squares[:, None] + squares[None, :] - 2 * rows @ rows.T, 0.0)
+    np.fill_diagonal(distances, np.inf)
+    nearest = max(1, n - f - 2)
+    return np.sort(distances, axis=1)[:, :min(nearest, n - 1)].sum(axis=1)
+
+
+def multi_krum(updates: np.ndarray, f: int, m: int = 1) -> RobustResult:
+    """The mean of the m updates with the lowest Krum scores (m = 1: Krum). Ties go to the earlier update
+    (arrival order), so the rule is deterministic. Krum's guarantee needs n >= 2f + 3 updates; with fewer it
+    still chooses (from n - f - 2 neighbours, at least 1) and says so in `note`."""
+    rows = np.asarray(updates, np.float64)
+    n = len(rows)
+    if n == 1:
+        return RobustResult(rows[0].copy(), np.ones(1, bool), "krum: one update, taken as it is")
+    scores = krum_scores(rows, f)
+    chosen = np.argsort(scores, kind="stable")[:max(1, min(m, n))]
+    accepted = np.zeros(n, bool)
+    accepted[chosen] = True
+    note = "" if n >= 2 * f + 3 else f"krum: {n} updates, fewer than 2f + 3 = {2 * f + 3}: no guarantee"
+    return RobustResult(rows[chosen].mean(axis=0), accepted, note)
+
+
+def norm_bound(updates: np.ndarray, weights: np.ndarray, bound: float | None = None,
+               factor: float = 1.0) -> RobustResult:
+    """The weighted mean after scaling each update to norm at most M: `bound`, or (None) the round's median
+    update norm times `factor`. Accepted: the updates left unscaled."""
+    rows = np.asarray(updates, np.float64)
+    weights = np.asarray(weights, np.float64)
+    norms = np.linalg.norm(rows, axis=1)
+    limit = float(bound) if bound is not None else float(np.median(norms)) * factor
+    scale = np.where(norms > limit, limit / np.maximum(norms, 1e-300), 1.0)
+    total = weights.sum()
+    aggregate = (rows * (scale * weights)[:, None]).sum(axis=0) / total if total > 0 else np.zeros(rows.shape[1])
+    return RobustResult(aggregate, scale >= 1.0)
+
+
+# ------------------------------------------------------------------------------------ the rules' configs
+class MedianAggregator(AggregatorSettings):
+    """Coordinate-wise median (Yin et al., ICML 2018; Flower's FedMedian)."""
+
+    kind: Literal["median"] = "median"
+
+
+class TrimmedMeanAggregator(AggregatorSettings):
+    """Coordinate-wise trimmed mean (Yin et al., ICML 2018): drop the beta share largest and smallest."""
+
+    kind: Literal["trimmed_mean"] = "trimmed_mean"
+    beta: float = Field(0.1, ge=0, lt=0.5)
+
+
+class KrumAggregator(AggregatorSettings):
+    """Krum (m = 1) or Multi-Krum (Blanchard et al., NeurIPS 2017), assuming f attackers a round."""
+
+    kind: Literal["krum"] = "krum"
+    f: int = Field(1, ge=0)
+    m: int = Field(1, ge=1)  # updates averaged: 1 is Krum, more is Multi-Krum
+
+
+class NormBoundAggregator(AggregatorSettings):
+    """Norm bounding (Sun et al., 2019): each update scaled to norm at most `bound`, or, without one, to the
+    round's median update norm times `factor` (adaptive)."""
+
+    kind: Literal["norm_bound"] = "norm_bound"
+    bound: Optional[float] = Field(None, gt=0)
+    factor: float = Field(1.0, gt=0)
+
+
+Rule = Callable[[np.ndarray, np.ndarray], RobustResult]
+
+
+def median_rule(config: MedianAggregator) -> Rule:
+    return lambda updates, weights: coordinate_median(updates)
+
+
+def trimmed_mean_rule(config: TrimmedMeanAggregator) -> Rule:
+    return lambda updates, weights: trimmed_mean(updates, config.beta)
+
+
+def krum_rule(config: KrumAggregator) -> Rule:
+    return lambda updates, weights: multi_krum(updates, config.f, config.m)
+
+
+def norm_bound_rule(config: NormBoundAggregator) -> Rule:
+    return lambda updates, weights: norm_bound(updates, weights, config.bound, config.factor)
+
+
+def build_aggregator(config) -> Rule | None:
+    """The rule `algorithm.aggregator` names (None: the host's weighted mean), by its registered kind: ours,
+    or a plugin's, whose every call is guarded and whose result is checked."""
+    if config is None:
+        return None
+    registered = AGGREGATORS.get(config.kind)
+    part = f"aggregator {config.kind!r}"
+    with guard(registered.origin, part, "builder", code=registered.build):
+        rule = registered.build(config)
+    if not is_plugin(registered.origin):
+        return rule
+
+    def guarded(updates: np.ndarray, weights: np.ndarray) -> RobustResult:
+        with guard(registered.origin, part, "call", code=rule):
+            result = rule(updates, weights)
+        if not isinstance(result, RobustResult) or np.shape(result.aggregate) != (updates.shape[1],) or \
+                np.shape(result.accepted) != (len(updates),):
+            raise PluginError(f"plugin {registered.origin}: {part} returned {type(result).__name__}; return an "
+                              "emulator.extend.RobustResult(aggregate: one value per parameter, accepted: one bool "
+                              "per update)")
+        return result
+    return guarded

@@ -1,0 +1,85 @@
+"""Robust aggregation rules (emulator/aggregation/robust.py) against hand-computed aggregates, and
+algorithm.aggregator in runs: its column, its refusals."""
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pytest
+from conftest import small_scenario
+
+from emulator.aggregation.robust import coordinate_median, krum_scores, multi_krum, norm_bound, trimmed_mean
+from emulator.driver import run_scenario
+from emulator.errors import ScenarioError
+from emulator.parts import validate_scenario
+
+# four updates of two values; the last is an outlier
+UPDATES = np.array([[1.0, 10.0], [2.0, 20.0], [3.0, 30.0], [100.0, -100.0]])
+
+
+def test_the_median_of_an_even_count_is_the_mean_of_the_middle_two():
+    assert coordinate_median(UPDATES).aggregate.tolist() == [2.5, 15.0]
+    assert coordinate_median(UPDATES[:3]).aggregate.tolist() == [2.0, 20.0]
+
+
+def test_the_trimmed_mean_drops_floor_beta_n_from_each_end_per_coordinate():
+    assert trimmed_mean(UPDATES, 0.25).aggregate.tolist() == [2.5, 15.0]  # floor(1): drop 1 and 100; -100 and 30
+    assert trimmed_mean(UPDATES, 0.2).aggregate.tolist() == pytest.approx([26.5, -10.0])  # floor(0.8) = 0: the mean
+    with pytest.raises(ValueError, match="beta"):
+        trimmed_mean(UPDATES, 0.5)
+
+
+def test_krum_scores_sum_the_squared_distances_to_the_nearest_n_minus_f_minus_2():
+    rows = np.array([[0.0], [1.0], [3.0], [10.0], [11.0]])  # n = 5, f = 1: the 2 nearest others
+    # 0: 1 + 9 = 10; 1: 1 + 4 = 5; 3: 4 + 9 = 13; 10: 1 + 49 = 50; 11: 1 + 64 = 65
+    assert krum_scores(rows, 1).tolist() == [10.0, 5.0, 13.0, 50.0, 65.0]
+    krum = multi_krum(rows, 1)
+    assert krum.aggregate.tolist() == [1.0] and krum.accepted.tolist() == [False, True, False, False, False]
+    assert krum.note == ""  # n = 5 >= 2f + 3
+    multi = multi_krum(rows, 1, m=3)  # the three lowest scores: 1, 0, 3
+    assert multi.aggregate.tolist() == pytest.approx([4 / 3]) and multi.accepted.sum() == 3
+
+
+def test_krum_breaks_ties_by_arrival_and_says_when_it_has_fewer_updates_than_it_needs():
+    tied = multi_krum(UPDATES, f=1)  # n = 4 < 2f + 3; the 1 nearest: 0, 1 and 2 all score 101
+    assert tied.accepted.tolist() == [True, False, False, False] and tied.aggregate.tolist() == [1.0, 10.0]
+    assert "fewer than 2f + 3 = 5" in tied.note
+    alone = multi_krum(UPDATES[:1], f=1)
+    assert alone.aggregate.tolist() == [1.0, 10.0] and "one update" in alone.note
+
+
+def test_norm_bounding_scales_long_updates_and_keeps_the_weights():
+    rows = np.array([[3.0, 4.0], [0.0, 1.0], [30.0, 40.0]])  # norms 5, 1, 50
+    fixed = norm_bound(rows, np.array([1.0, 1.0, 2.0]), bound=5.0)
+    # (3, 4) + (0, 1) + 2 x (3, 4), over weight 4
+    assert fixed.aggregate.tolist() == pytest.approx([9 / 4, 13 / 4])
+    assert fixed.accepted.tolist() == [True, True, False]
+    adaptive = norm_bound(rows, np.ones(3), factor=1.0)  # the median norm, 5
+    assert adaptive.aggregate.tolist() == pytest.approx([2.0, 3.0])
+
+
+def _last(path) -> dict:
+    with open(path / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))[-1]
+
+
+@pytest.mark.parametrize("aggregator, accepted", [({"kind": "krum", "f": 2, "m": 3}, 3),
+                                                   ({"kind": "median"}, 8)])
+def test_a_run_with_an_aggregator_records_how_many_updates_it_accepted(tmp_path, aggregator, accepted):
+    raw = small_scenario(rounds=3)
+    raw["algorithm"]["aggregator"] = aggregator
+    row = _last(run_scenario(validate_scenario(raw), tmp_path / "run").path)
+    assert int(row["participants"]) == 8 and int(row["updates_accepted"]) == accepted
+    assert float(row["test_acc"]) > 0
+
+
+@pytest.mark.parametrize("change, field", [
+    ({"algorithm.aggregator": {"kind": "krum", "f": 4}}, "algorithm.aggregator.f"),  # 2 x 4 >= 8 reports
+    ({"algorithm.aggregator": {"kind": "trimmed_mean", "beta": 0.5}}, "algorithm.aggregator.beta"),
+    ({"algorithm": {"name": "fedbuff", "concurrency": 10, "aggregator": {"kind": "median"}}}, "algorithm.aggregator"),
+    ({"algorithm.aggregator": {"kind": "median"}, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+     "algorithm.aggregator"),
+])
+def test_an_aggregator_that_cannot_work_is_refused_naming_the_field(change, field):
+    with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
+        validate_scenario(small_scenario(**change))
