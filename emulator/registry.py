@@ -154,6 +154,7 @@ SELECTIONS = Registry("selection policy", "kind")
 AVAILABILITY = Registry("availability model", "kind")
 SERVER_OPTIMIZERS = Registry("server optimizer", "kind")
 AGGREGATORS = Registry("aggregator", "kind")
+ATTACKS = Registry("attack", "kind")
 
 register_algorithm = ALGORITHMS.register
 register_model = MODELS.register
@@ -163,3 +164,4 @@ register_selection = SELECTIONS.register
 register_availability = AVAILABILITY.register
 register_server_optimizer = SERVER_OPTIMIZERS.register
 register_aggregator = AGGREGATORS.register
+register_attack = ATTACKS.register

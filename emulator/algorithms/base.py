@@ -99,6 +99,11 @@ class Algorithm:
         """A personalized algorithm's: the device's own entries as they stand (None: none yet)."""
         return None
 
+    def accepted_updates(self) -> tuple[np.ndarray, np.ndarray] | None:
+        """With a robust aggregator: the last round's (devices, accepted) as it left them; None: every update
+        was taken as it came."""
+        return None
+
     def devices_with_state(self) -> np.ndarray:
         """A personalized algorithm's: the devices that hold state of their own, in device order."""
         return np.zeros(0, np.int64)

@@ -99,6 +99,9 @@ class Fast(Algorithm):
     def aggregate(self, params, updates, round_index):
         return self.host.aggregate(params, updates, round_index)
 
+    def accepted_updates(self):
+        return self.host.accepted_updates()
+
     def after_round(self, row: dict) -> dict:
         if self.config.adaptive and row.get("train_acc") is not None:
             self.q = adapt_q(self.q, self.previous_accuracy, row["train_acc"], self.config.lam)

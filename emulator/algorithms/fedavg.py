@@ -130,6 +130,9 @@ class FedAvg(Algorithm):
         release = self.context.release  # client-level DP: the noised sum over the expected cohort
         return release(mean, self._round) if release is not None else mean
 
+    def accepted_updates(self):
+        return self.acceptance
+
     def robust_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         """algorithm.aggregator's rule over the round's updates (every one at once: the rules need them all),
         as a mean of weight 1; which updates it accepted is kept for the round's metrics."""

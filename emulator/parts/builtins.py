@@ -33,6 +33,7 @@ from emulator.models import zoo as models
 from emulator.models.text import char_lstm
 from emulator.registry import (
     register_aggregator,
+    register_attack,
     register_algorithm,
     register_availability,
     register_dataset,
@@ -43,6 +44,7 @@ from emulator.registry import (
 )
 from emulator.seeding import rng
 from emulator.system import availability
+from emulator.training import attacks
 
 # ----------------------------------------------------------------------------------------- algorithms
 register_algorithm("fedavg", fedavg.FedAvg, config=fedavg.FedAvgConfig, client_dp=True)
@@ -171,6 +173,9 @@ register_availability("trace", lambda entry, members, stream, key, world: availa
 # ---------------------------------------------------------------------------------- server optimizers
 register_server_optimizer("sgd", lambda config, size, mask: ServerOptimizer(),
                           config=server_optimizers.SgdServerOptimizer)
+for _attack in (attacks.LabelFlip, attacks.RandomLabels, attacks.SignFlip, attacks.GaussianUpdate, attacks.Scaling,
+                attacks.Backdoor):
+    register_attack(_attack.model_fields["kind"].default, attacks.Attack, config=_attack)
 register_aggregator("median", robust.median_rule, config=robust.MedianAggregator)
 register_aggregator("trimmed_mean", robust.trimmed_mean_rule, config=robust.TrimmedMeanAggregator)
 register_aggregator("krum", robust.krum_rule, config=robust.KrumAggregator)

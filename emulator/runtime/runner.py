@@ -28,7 +28,10 @@ from emulator.training import cohort
 from emulator.training import precision as numerics
 from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, evaluate_per_sample,
                                      seed_dropout, seeded_generator, set_torch_threads, train_locally)
+from emulator.training.attacks import Attack, add_trigger
 from emulator.training.personal import Personalization, personal_params, train_personal_round
+
+ATTACK_SALT = 0x0A77AC4  # an attacker's poisoning draws, apart from its training's
 
 
 @dataclass(frozen=True)
@@ -61,6 +64,8 @@ class DeviceJob:
     correction: np.ndarray | None = None  # SCAFFOLD: c - c_i, added to every gradient
     personalization: Personalization | None = None  # FedPer / Ditto: the device keeps state of its own
     own: np.ndarray | None = None  # that state as it stands (None: the device has none yet)
+    attack: Attack | None = None  # an attacker's device (population.types[].attack): poisoned data or update
+    attack_seed: int = 0  # the round's, for attacks that collude (the same draw from every attacker)
 
 
 class DeviceRunner:
@@ -149,6 +154,22 @@ class DeviceRunner:
         with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
             return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
                                      context.precision)
+
+    def evaluate_backdoor(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+                          attack: Attack) -> float:
+        """A backdoor's success: the share of test samples not of its target class that the global model
+        classifies as the target once they carry the trigger."""
+        context, model = self._run(run_key, context_box)
+        x, y = self._test_set(context)
+        keep = y != attack.config.target
+        if not bool(keep.any()):
+            return float("nan")
+        triggered = add_trigger(x[keep], attack.config.size, attack.config.value)
+        param_vector.load(model, global_params)
+        target = torch.full((int(keep.sum()),), attack.config.target, dtype=y.dtype, device=y.device)
+        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+            _, correct = evaluate_per_sample(model, triggered, target, batch_size, context.precision)
+        return float(correct.mean())
 
     def evaluate_devices(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
                          devices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -255,11 +276,13 @@ class DeviceRunner:
         """One device's local training from the global vector; its update."""
         context, model = self._run(job.run_key, context_box)
         x, y = self._samples(context, job)
+        if job.attack is not None:  # its own generator: the training's batches are those of an honest device
+            x, y = job.attack.poison(x, y, seeded_generator(job.seed ^ ATTACK_SALT))
         if job.personalization is not None:
             with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
                 delta, stats, own = train_personal_round(model, x, y, job.spec, job.seed, global_params, job.own,
                                                          job.personalization, context.precision, self.device)
-            return ClientUpdate(job.device, len(y), delta, stats, job.multiplicity, own)
+            return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity, own)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         seed_dropout(job.seed, self.device)  # dropout masks
@@ -267,7 +290,12 @@ class DeviceRunner:
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)
         delta -= global_params
-        return ClientUpdate(job.device, len(y), delta, stats, job.multiplicity)
+        return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity)
+
+    @staticmethod
+    def _crafted(delta: np.ndarray, job: DeviceJob) -> np.ndarray:
+        """What the device sends: its update, or the one its attack makes of it."""
+        return delta if job.attack is None else job.attack.craft(delta, job.seed, job.attack_seed)
 
     def train_group(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
                     vectorise: bool = False) -> list[ClientUpdate]:
@@ -276,7 +304,7 @@ class DeviceRunner:
         With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
-        if not vectorise or len(jobs) < 2 or any(job.personalization is not None for job in jobs):
+        if not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs):
             return [self.train(context_box, global_params, job) for job in jobs]
         context, model = self._run(jobs[0].run_key, context_box)
         if cohort.supports(model) is not None:

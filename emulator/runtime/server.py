@@ -24,6 +24,8 @@ from emulator.recording import bias
 from emulator.recording.recorder import CLASS_ACCURACY, DEVICE_EVAL
 from emulator.registry import ALGORITHMS
 from emulator.runtime import inline
+from emulator.runtime.adversaries import COLUMNS as ADVERSARY_COLUMNS
+from emulator.runtime.adversaries import Adversaries
 from emulator.runtime.pool import RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario, ScenarioError
@@ -102,6 +104,7 @@ class FederatedServer:
         if is_plugin(entry.origin):  # a user's hooks are guarded and what they return is checked
             self.algorithm = GuardedAlgorithm(self.algorithm, entry.origin, entry.name, len(self.params))
         self.transfer_bytes = int(round(self.model_bytes * self.algorithm.shared_share))  # what travels
+        self.adversaries = Adversaries.of(self.scenario.population, self.num_classes, self.scenario.seed)
         self.system = build_system(self.scenario, self.label_counts)
         self.fleet = None  # evaluation.devices: the global model on every device's own test split
         if self.scenario.evaluation.devices is not None:
@@ -125,7 +128,9 @@ class FederatedServer:
         extra = ASYNC_COLUMNS if self.asynchronous else ()
         secure = SECAGG_COLUMNS if self.secagg is not None else ()
         fleet = self.fleet.columns if self.fleet is not None else ()
-        return BASE_COLUMNS + extra + self.upload.columns + secure + fleet + tuple(self.algorithm.columns)
+        hostile = () if self.adversaries is None else ADVERSARY_COLUMNS + (
+            ("backdoor_success",) if self.adversaries.backdoor is not None else ())
+        return BASE_COLUMNS + extra + self.upload.columns + secure + fleet + hostile + tuple(self.algorithm.columns)
 
     @property
     def asynchronous(self) -> bool:
@@ -146,7 +151,7 @@ class FederatedServer:
     def _play_round(self) -> dict:
         self.round += 1
         seed, r = self.scenario.seed, self.round
-        self.server_samples_this_round = 0
+        self.server_samples_this_round, self._attack_row = 0, None
         self.upload.begin_round()
         plan = self.algorithm.plan_round(r)
         if plan.kind == "async":
@@ -164,10 +169,12 @@ class FederatedServer:
             snapshot=plan.kind == "snapshot", wait_for_all=plan.wait_for_all, secure=self._secure(r)))
         devices, counts = distinct_in_draw_order(outcome.reported)
         algorithm = self.algorithm
-        how = algorithm.personal  # FedPer / Ditto: each job carries the device's own state
+        how, hostile = algorithm.personal, self.adversaries  # own state (FedPer, Ditto), attackers' attacks
         jobs = [DeviceJob(self.run_key, int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)),
                           int(c), algorithm.job_payload(int(d)), how,
-                          None if how is None else algorithm.own_state(int(d))) for d, c in zip(devices, counts)]
+                          None if how is None else algorithm.own_state(int(d)),
+                          None if hostile is None else hostile.attack_of(int(d)), torch_seed(seed, "attack", r))
+                for d, c in zip(devices, counts)]
         updates: list[ClientUpdate] = []
 
         runtime = self.scenario.runtime
@@ -185,6 +192,7 @@ class FederatedServer:
                     yield update
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
+        self._attack_row = None if hostile is None else hostile.columns(devices, algorithm.accepted_updates())
         if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
             outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
             outcome.end_s = self.system.now_s
@@ -221,6 +229,8 @@ class FederatedServer:
             events += [(t.ends_s, t.device, ended[t.outcome]) for t in segment.finished]
             self._events = [(r, time, device, event) for time, device, event in sorted(events)]
         devices, counts = distinct_in_draw_order(outcome.reported)
+        if self.adversaries is not None:  # every report is applied: asynchronous rules have no aggregator
+            self._attack_row = self.adversaries.columns(np.array([a.update.device for a in arrivals], np.int64), None)
         staleness = [a.staleness for a in arrivals]
         row = self._row(r, plan, outcome, devices, counts, [a.update.stats for a in arrivals])
         row.update(version=self.version, staleness_mean=float(np.mean(staleness)) if staleness else None,
@@ -247,8 +257,11 @@ class FederatedServer:
         if not tasks:
             return
         runtime, seed = self.scenario.runtime, self.scenario.seed
+        hostile = self.adversaries
         jobs = [DeviceJob(self.run_key, task.device, self.algorithm.local_training(task.device),
-                          torch_seed(seed, "train-async", task.task_id), 1, self.algorithm.job_payload(task.device))
+                          torch_seed(seed, "train-async", task.task_id), 1, self.algorithm.job_payload(task.device),
+                          attack=None if hostile is None else hostile.attack_of(task.device),
+                          attack_seed=torch_seed(seed, "attack", task.version))
                 for task in tasks]
         by_version: dict[int, list] = {}
         for task, job in zip(tasks, jobs):
@@ -293,6 +306,12 @@ class FederatedServer:
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
             if self.fleet is not None:
                 row.update(self._evaluate_devices(r, outcome.end_s))
+        if self.adversaries is not None:
+            row.update(self._attack_row or {})
+            if self.adversaries.backdoor is not None and row["test_acc"] is not None:
+                row["backdoor_success"] = inline.get(self.pool.runners[0].evaluate_backdoor.remote(
+                    self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
+                    self.adversaries.backdoor))
         row.update(outcome.protocol)
         row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))

@@ -6,7 +6,7 @@ from typing import Annotated, Any, Literal, Optional, Union
 
 from pydantic import Field, model_validator
 
-from emulator.registry import AVAILABILITY, Plugged
+from emulator.registry import ATTACKS, AVAILABILITY, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 
 
@@ -188,6 +188,16 @@ def _check_tie_value(behaviour: str, value, where: str) -> None:
         raise ScenarioFieldError(where, f"a {behaviour} value is a name or an index (0, 1, ...), got {value!r}")
 
 
+class AttackSettings(Strict):
+    """The base of every attack's config (population.types[].attack); `kind` names it. The attacks are in
+    emulator/training/attacks.py."""
+
+    kind: str
+
+
+Attack = Plugged(ATTACKS, AttackSettings)
+
+
 class UserType(Strict):
     """A latent user type: its share of the population, the labels its devices hold (with
     data.partition.scheme: types) and the behaviour its devices share. A behaviour left out is drawn for
@@ -205,6 +215,7 @@ class UserType(Strict):
     network: Optional[Union[int, str]] = None  # a tier of population.network
     dropout_per_hour: Optional[float] = Field(None, ge=0)
     online_share: Optional[float] = Field(None, gt=0, le=1)  # for markov availability
+    attack: Optional[Attack] = None  # the type's devices are attackers (emulator/training/attacks.py)
 
     @model_validator(mode="after")
     def _labels(self):

@@ -1,0 +1,140 @@
+"""What an attacker's device does instead of honest local training: poisoned data, or a crafted update.
+
+An attack belongs to a device type (population.types[].attack): the type's devices are the attackers, and
+how often they take part is the world's business (their type's availability, compute and link, or those
+drawn like everyone's at population.correlation 0). Each attack is a registered part with its config here;
+a runner applies it around the device's real local training, seeded by the job, so it is reproducible.
+
+- label_flip: every label l becomes C - 1 - l (data poisoning; Fang et al., USENIX Security 2020);
+- random_labels: every label drawn uniformly at random;
+- sign_flip: the update sent is -scale times the honest one;
+- gaussian: the update sent is Gaussian noise with the honest update's scale (its root mean square per
+  entry) times `scale`; colluding attackers send the same draw in a round;
+- scaling: the honest update times `boost` (model replacement, Bagdasaryan et al., AISTATS 2020, boost
+  about n / eta: the cohort size over the server rate);
+- backdoor: a share of the device's samples get a trigger (a bright square in an image's corner, or the
+  last features of a vector set high) and the target label; the update may be boosted as in scaling. Its
+  success is the share of triggered test samples of other classes classified as the target.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+import torch
+from pydantic import Field
+
+from emulator.scenario.population import AttackSettings
+
+
+class LabelFlip(AttackSettings):
+    """Label flipping: every label l becomes C - 1 - l."""
+
+    kind: Literal["label_flip"] = "label_flip"
+
+
+class RandomLabels(AttackSettings):
+    """Every label drawn uniformly at random."""
+
+    kind: Literal["random_labels"] = "random_labels"
+
+
+class SignFlip(AttackSettings):
+    """The update sent is -scale times the honest one."""
+
+    kind: Literal["sign_flip"] = "sign_flip"
+    scale: float = Field(1.0, gt=0)
+
+
+class GaussianUpdate(AttackSettings):
+    """Gaussian noise with the honest update's per-entry scale, times `scale`."""
+
+    kind: Literal["gaussian"] = "gaussian"
+    scale: float = Field(1.0, gt=0)
+    collude: bool = False  # the same draw from every attacker in a round
+
+
+class Scaling(AttackSettings):
+    """The honest update times `boost` (model replacement)."""
+
+    kind: Literal["scaling"] = "scaling"
+    boost: float = Field(10.0, gt=0)
+
+
+class Backdoor(AttackSettings):
+    """A trigger mapped to `target` on a share of the device's samples; the update boosted by `boost`."""
+
+    kind: Literal["backdoor"] = "backdoor"
+    target: int = Field(0, ge=0)
+    fraction: float = Field(0.5, gt=0, le=1)  # of the device's samples that carry the trigger
+    size: int = Field(4, gt=0)  # the trigger's side in pixels (images) or its length in features (vectors)
+    value: float = 3.0  # what the trigger's entries are set to (inputs are standardised: 3 is bright)
+    boost: float = Field(1.0, gt=0)
+
+
+@dataclass(frozen=True)
+class Attack:
+    """An attack as a runner applies it: its config and the run's class count. Every registered attack's
+    builder returns one (ours: this class); a plugin's subclasses it and overrides poison and craft."""
+
+    config: AttackSettings
+    num_classes: int
+
+    @property
+    def kind(self) -> str:
+        return self.config.kind
+
+    def poison(self, inputs: torch.Tensor, labels: torch.Tensor, generator: torch.Generator
+               ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The device's training data as the attacker trains on it."""
+        return poison(inputs, labels, self, generator)
+
+    def craft(self, delta: np.ndarray, device_seed: int, round_seed: int) -> np.ndarray:
+        """The update the attacker sends, from the one its training produced."""
+        return craft_update(delta, self, device_seed, round_seed)
+
+
+def add_trigger(inputs: torch.Tensor, size: int, value: float) -> torch.Tensor:
+    """The inputs with the trigger in place: the bottom-right size x size pixels of every channel of an
+    image (N, C, H, W), or the last `size` features of a vector (N, F)."""
+    marked = inputs.clone()
+    if marked.dim() >= 3:
+        marked[..., -size:, -size:] = value
+    else:
+        marked[:, -size:] = value
+    return marked
+
+
+def poison(inputs: torch.Tensor, labels: torch.Tensor, attack: Attack, generator: torch.Generator
+           ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The device's training data as the attacker trains on it (unchanged for update attacks)."""
+    kind, classes = attack.kind, attack.num_classes
+    if kind == "label_flip":
+        return inputs, (classes - 1 - labels)
+    if kind == "random_labels":
+        return inputs, torch.randint(0, classes, labels.shape, generator=generator).to(labels.device)
+    if kind == "backdoor":
+        config = attack.config
+        chosen = torch.randperm(len(labels), generator=generator)[:int(round(config.fraction * len(labels)))]
+        chosen = chosen.to(labels.device)
+        inputs, labels = inputs.clone(), labels.clone()
+        inputs[chosen] = add_trigger(inputs[chosen], config.size, config.value)
+        labels[chosen] = config.target
+        return inputs, labels
+    return inputs, labels
+
+
+def craft_update(delta: np.ndarray, attack: Attack, device_seed: int, round_seed: int) -> np.ndarray:
+    """The update the attacker sends, from the one its (possibly poisoned) training produced."""
+    kind, config = attack.kind, attack.config
+    if kind == "sign_flip":
+        return (-config.scale * delta).astype(np.float32)
+    if kind == "gaussian":
+        rms = float(np.sqrt(np.mean(np.square(delta, dtype=np.float64)))) if len(delta) else 0.0
+        draw = np.random.default_rng(round_seed if config.collude else device_seed).standard_normal(len(delta))
+        return (config.scale * rms * draw).astype(np.float32)
+    if kind in ("scaling", "backdoor"):
+        boost = config.boost
+        return delta if boost == 1.0 else (boost * delta).astype(np.float32)
+    return delta
