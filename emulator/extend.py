@@ -23,13 +23,16 @@ from __future__ import annotations
 
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import ServerOptimizer
+from emulator.aggregation.robust import RobustResult
 from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
 from emulator.algorithms.personalized import Personalized
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
 from emulator.registry import (
+                               register_aggregator,
                                register_algorithm,
+                               register_attack,
                                register_availability,
                                register_dataset,
                                register_model,
@@ -51,12 +54,16 @@ from emulator.scenario import (
 )
 from emulator.scenario.base import Count, Fraction, PositiveFloat
 from emulator.system.availability import AvailabilityModel
+from emulator.scenario.population import AttackSettings
+from emulator.scenario.training import AggregatorSettings
+from emulator.training.attacks import Attack
 from emulator.training.local import LocalTraining, TrainStats
 from emulator.training.personal import Personalization
 
 __all__ = [
     "register_algorithm", "register_model", "register_dataset", "register_partition", "register_selection",
-    "register_availability", "register_server_optimizer",
+    "register_availability", "register_server_optimizer", "register_aggregator", "register_attack",
+    "RobustResult", "AggregatorSettings", "Attack", "AttackSettings",
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "Personalized", "Personalization",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",

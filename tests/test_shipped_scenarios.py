@@ -170,6 +170,7 @@ ON_RAY = {
     "worlds/latent_types.yaml",          # behaviour tied to data
     "worlds/what_devices_get.yaml",      # evaluation on every device's own test split (a runner's pass)
     "worlds/personal_layers.yaml",       # per-device state (FedPer): personal models scored on the runners
+    "security/backdoor_always_on.yaml",  # attackers: poisoned training on the runners, the backdoor measured
 }
 
 
