@@ -12,7 +12,6 @@ any, on disk under the run directory, and checkpoints hold its index. A user's p
 """
 from __future__ import annotations
 
-import tempfile
 from typing import Literal
 
 import numpy as np
@@ -80,8 +79,8 @@ class Personalized(FedAvg):
         super().__init__(config, context)
         self.personal = personal
         self.shared_share = float(1.0 - personal.mask.mean()) if personal.kind == "layers" else 1.0
-        directory = context.state_dir or tempfile.mkdtemp(prefix="emulator-device-state-")
-        self.store = DeviceStateStore(directory, context.num_devices, personal.width)
+        # the run directory's device_state/ (a temporary directory where a run has none)
+        self.store = DeviceStateStore(context.state_dir, context.num_devices, personal.width)
 
     def own_state(self, device: int) -> np.ndarray | None:
         """The device's own entries as they stand (None: it has not trained yet)."""

@@ -83,6 +83,7 @@ ADDED_FIELDS = {"name": None, "types": None, "ties": [], "correlation": 1.0, "fo
 ADDED_FIELDS.update({"plugins": [], "options": None})  # plugins and a dataset's own options
 ADDED_FIELDS.update({"fraction": None, "snapshot_close": "first"})  # data.server_set's, FAST's (2026-11-26)
 ADDED_FIELDS.update({"local_test": None, "devices": None})  # data.local_test, evaluation.devices (2026-11-26)
+ADDED_FIELDS.update({"aggregator": None, "attack": None})  # algorithm.aggregator, population.types[].attack
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

@@ -33,7 +33,7 @@ class DeviceStateStore:
     def __init__(self, directory: str | Path | Callable[[], str | Path | None] | None, num_devices: int, width: int):
         """`directory`: where the files go, or a callable that says so when the first file is made (a fresh
         run's directory is created after its server); None there: a temporary directory."""
-        self._locate = directory if callable(directory) else (lambda: directory)
+        self._locate = directory if callable(directory) else (lambda: directory)  # None: a temporary directory
         self._directory: Path | None = None
         self.width = int(width)
         self.slot_of = np.full(num_devices, -1, dtype=np.int64)  # -1: no state
@@ -92,8 +92,8 @@ class DeviceStateStore:
                 self._path(generation).unlink(missing_ok=True)
         self._kept = self.generation
         devices = np.flatnonzero(self.slot_of >= 0)
-        return {"generation": self.generation, "slots": self.slots, "width": self.width,
-                "devices": devices, "slot": self.slot_of[devices].copy()}
+        return {"generation": self.generation, "slots": self.slots, "width": self.width, "devices": devices,
+                "slot": self.slot_of[devices].copy(), "directory": str(self.directory)}
 
     def load_state(self, state: dict) -> None:
         """Back to a checkpoint: its generation's file cut to its slot count, every other generation gone."""
@@ -102,6 +102,8 @@ class DeviceStateStore:
                              f"{self.width}")
         self.close()
         self.generation, self.slots = int(state["generation"]), int(state["slots"])
+        if self._directory is None and self._locate() is None and state.get("directory"):
+            self._directory = Path(state["directory"])  # no run directory (in process): where it was written
         self.directory  # noqa: B018 (resolves the directory; the checkpoint's generation stands)
         path = self._path(self.generation)
         if not path.exists() or path.stat().st_size < self.slots * self.width * 4:
