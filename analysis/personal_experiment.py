@@ -1,16 +1,18 @@
-"""What does each device get from FedAvg, fine-tuning, FedPer and Ditto? (docs/devices.md, "Personalization")
+"""What does each device get from FedAvg, FAST, SAFARI, fine-tuning, FedPer and Ditto? (docs/devices.md)
 
-    python analysis/personal_experiment.py run --out runs/personal      # 18 runs, ~10 min on 2 cores
-    python analysis/personal_experiment.py table runs/personal          # the table of docs/devices.md
+    python analysis/personal_experiment.py run --out runs/personal      # 60 runs, ~30 min on 2 cores
+    python analysis/personal_experiment.py table runs/personal          # the tables of docs/devices.md
 
-`run` launches one `emulator sweep` per algorithm on scenarios/worlds/what_devices_get.yaml (Fashion-MNIST,
-Dirichlet 0.1, 100 phones, a slow tier past the deadline that, at correlation 1, holds classes 7-9) at
-population.correlation 0 and 1, with 3 seeds: FedAvg (whose runs also give FedAvg + fine-tuning: 10 steps
-on the phone's own data before it is scored), FedPer (the MLP's output layer kept on each phone) and
-Ditto (lam 0.1). `table` prints per correlation each one's central test accuracy, the oracle device mean
-(every phone on its own split, with its own model where it has one), the server's sampled estimate, the
-worst 10% of phones and the phones that never reported, at equal rounds (the last evaluation) and the
-device mean at equal simulated time (the shortest run's end: Ditto's rounds take longer, it trains twice).
+`run` launches one `emulator sweep` per (world, algorithm) at population.correlation 0 and 1, with 3 seeds,
+in the two shipped worlds where behaviour follows data: the slow tier that holds classes 7-9
+(scenarios/worlds/what_devices_get.yaml) and the block-cyclic time zones (scenarios/worlds/block_cyclic.yaml,
+with the same local test splits and on-device evaluation set on it). The algorithms: FedAvg (whose runs
+also give FedAvg + fine-tuning: 10 steps on the phone's own data before it is scored), FAST (q 0.2),
+SAFARI (q 0.8), FedPer (the MLP's output layer kept on each phone) and Ditto (lam 0.1). `table` prints per
+world and correlation each one's central test accuracy, the oracle device mean (every phone on its own
+split, with its own model where it has one), the server's sampled estimate, the worst 10% of phones and
+the phones that never reported at the last evaluation, and the device mean at equal simulated time (the
+shortest run's end in that world: FAST's snapshot rounds wait for phones, Ditto trains twice a round).
 """
 from __future__ import annotations
 
@@ -21,9 +23,15 @@ from pathlib import Path
 from worlds_experiment import _mean, _mean_sd, _number, _runs, command_line, run_sweeps
 
 ROOT = Path(__file__).resolve().parents[1]
-SCENARIO = ROOT / "scenarios" / "worlds" / "what_devices_get.yaml"
+WORLDS = {
+    "slow-tier": ("what_devices_get.yaml", []),
+    "block-cyclic": ("block_cyclic.yaml", ["data.local_test={fraction: 0.2, min_samples: 5}",
+                                           "evaluation.devices={sample: 20, finetune: {steps: 10, lr: 0.05}}"]),
+}
 ALGORITHMS = {
     "fedavg": [],
+    "fast": ["algorithm.name=fast", "algorithm.q=0.2"],
+    "safari": ["algorithm.name=safari", "algorithm.q=0.8", "algorithm.server_lr=0.1"],
     "fedper": ["algorithm.name=fedper", "algorithm.personal_layers=[5]"],
     "ditto": ["algorithm.name=ditto", "algorithm.lam=0.1"],
 }
@@ -33,7 +41,8 @@ COLUMNS = [("central", "test_acc"), ("device mean (oracle)", "device_acc_mean"),
 
 
 def run(out: Path, seeds: int, parallel: int, rounds: int | None, only: list[str]) -> int:
-    jobs = [(f"world/{name}", SCENARIO, sets, ["population.correlation=0,1"]) for name, sets in ALGORITHMS.items()]
+    jobs = [(f"{world}/{name}", ROOT / "scenarios" / "worlds" / file, world_sets + sets, ["population.correlation=0,1"])
+            for world, (file, world_sets) in WORLDS.items() for name, sets in ALGORITHMS.items()]
     return run_sweeps(jobs, out, seeds, parallel, rounds, only)
 
 
@@ -47,11 +56,11 @@ def table(root: Path) -> int:
     if not runs:
         print(f"{root}: no completed runs", file=sys.stderr)
         return 1
-    for correlation in sorted({r["correlation"] for r in runs}):
-        members = [r for r in runs if r["correlation"] == correlation]
+    for world, correlation in sorted({(r["setting"], r["correlation"]) for r in runs}):
+        members = [r for r in runs if (r["setting"], r["correlation"]) == (world, correlation)]
         equal_time = min(float(r["rows"][-1]["sim_time_s"]) for r in members)
-        print(f"\n### correlation {correlation:g}: accuracy (%) at the last evaluation, mean ± sd over seeds; "
-              f"device mean at {equal_time / 3600:.2f} simulated hours\n")
+        print(f"\n### {world}, correlation {correlation:g}: accuracy (%) at the last evaluation, mean ± sd over "
+              f"seeds; device mean at {equal_time / 3600:.2f} simulated hours\n")
         print("| algorithm | " + " | ".join(name for name, _ in COLUMNS) + " | device mean, equal time | sim hours |")
         print("|---" * (len(COLUMNS) + 3) + "|")
         rows = [(name, [r for r in members if r["algorithm"] == name], "") for name in ALGORITHMS]
@@ -71,7 +80,7 @@ def table(root: Path) -> int:
 
 
 def main(argv=None) -> int:
-    return command_line(argv, __doc__.splitlines()[0], run, table, "runs/personal", 2, "world/fedper")
+    return command_line(argv, __doc__.splitlines()[0], run, table, "runs/personal", 2, "slow-tier/fedper")
 
 
 if __name__ == "__main__":

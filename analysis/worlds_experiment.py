@@ -57,7 +57,7 @@ def run_sweeps(jobs: list[tuple[str, Path, list[str], list[str]]], out: Path, se
         if only and not any(name.startswith(o) for o in only):
             continue
         target = out / name
-        if (target / "report.md").exists():
+        if (target / "report" / "report.md").exists():  # the sweep's report: it finished
             print(f"{name}: done already", flush=True)
             continue
         command = [sys.executable, "-m", "emulator", "sweep", str(scenario),
