@@ -1,13 +1,14 @@
 """How much does the world multiply an attacker's share, and what does a defence buy? (docs/security.md)
 
-    python analysis/security_experiment.py run --out runs/security      # 18 runs, ~5 min on 2 cores
+    python analysis/security_experiment.py run --out runs/security      # 30 runs, ~10 min on 2 cores
     python analysis/security_experiment.py table runs/security          # the table of docs/security.md
 
 `run` launches one `emulator sweep` per setting on scenarios/security/backdoor_always_on.yaml (5% of 200
 phones run a boosted backdoor; honest phones are online a few hours, a slow tier misses the deadline;
 the attackers are always online on the fastest tier) at population.correlation 1 (the attackers behave as
 their type says) and 0 (their behaviour drawn like everyone else's), with 3 seeds: synchronous FedAvg with
-over-selection and a deadline, the same with norm bounding, and buffered asynchronous FedBuff. `table`
+over-selection and a deadline, the same with norm bounding, the median and Multi-Krum, and buffered
+asynchronous FedBuff. `table`
 prints per setting the attackers' share of the population, of the reports and of the accepted updates,
 the backdoor's success and the main task's accuracy, at the last evaluation and over the run.
 """
@@ -23,6 +24,8 @@ SCENARIO = ROOT / "scenarios" / "security" / "backdoor_always_on.yaml"
 SETTINGS = {
     "fedavg": [],
     "fedavg-normbound": ["algorithm.aggregator={kind: norm_bound}"],
+    "fedavg-median": ["algorithm.aggregator={kind: median}"],
+    "fedavg-krum": ["algorithm.aggregator={kind: krum, f: 3, m: 5}"],
     "fedbuff": ["algorithm={name: fedbuff, concurrency: 20, buffer: 10, client_lr: 0.05, local_steps: 10, "
                 "batch_size: 32}"],
 }
@@ -45,8 +48,9 @@ def table(root: Path) -> int:
         print(f"{root}: no completed runs", file=sys.stderr)
         return 1
     print("| setting | correlation | population share | share of reports | share of accepted | backdoor success, "
-          "last | backdoor success, mean over evaluations | test accuracy, last | simulated h |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "last | backdoor success, mean over evaluations | test accuracy, last | honest slow tier accepted | "
+          "honest fast tier accepted | simulated h |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in SETTINGS:
         for correlation in sorted({r["correlation"] for r in runs}):
             group = [r for r in runs if r["algorithm"] == name and r["correlation"] == correlation]
@@ -61,8 +65,11 @@ def table(root: Path) -> int:
             mean = [_mean([_number(r["backdoor_success"]) for r in rows]) for rows in evaluated]
             accuracy = [_number(rows[-1]["test_acc"]) for rows in evaluated]
             hours = _mean([float(run["rows"][-1]["sim_time_s"]) / 3600 for run in group])
+            tiers = [_mean_sd([_mean([_number(r.get(f"accepted_compute_tier_{tier}")) for r in run["rows"]])
+                               for run in group]) for tier in (2, 0)]  # the slow tier, the fast one
             print(f"| {name} (n={len(group)}) | {correlation:g} | {100 * population:.1f} | {_mean_sd(reports)} | "
-                  f"{_mean_sd(accepted)} | {_mean_sd(last)} | {_mean_sd(mean)} | {_mean_sd(accuracy)} | {hours:.2f} |")
+                  f"{_mean_sd(accepted)} | {_mean_sd(last)} | {_mean_sd(mean)} | {_mean_sd(accuracy)} | "
+                  f"{tiers[0]} | {tiers[1]} | {hours:.2f} |")
     return 0
 
 

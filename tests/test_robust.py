@@ -83,3 +83,32 @@ def test_a_run_with_an_aggregator_records_how_many_updates_it_accepted(tmp_path,
 def test_an_aggregator_that_cannot_work_is_refused_naming_the_field(change, field):
     with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
         validate_scenario(small_scenario(**change))
+
+
+def test_acceptance_by_group_counts_only_honest_reports_of_each_group():
+    from emulator.evaluation.acceptance import acceptance_by_group, acceptance_columns
+
+    tier = np.array(["fast", "fast", "slow", "slow", "slow"])
+    honest = np.array([True, True, True, True, False])  # device 4 is an attacker
+    # reports from devices 0, 2, 3, 4 (in arrival order); the rule kept 0 and 4
+    row = acceptance_by_group(np.array([0, 2, 3, 4]), np.array([True, False, False, True]), {"tier": tier}, honest)
+    assert row == {"accepted_tier_fast": 1.0, "accepted_tier_slow": 0.0}  # the attacker's acceptance not counted
+    assert acceptance_columns({"tier": tier}) == ("accepted_tier_fast", "accepted_tier_slow")
+    empty = acceptance_by_group(np.array([1]), np.array([True]), {"tier": tier}, honest)
+    assert empty == {"accepted_tier_fast": 1.0, "accepted_tier_slow": None}
+
+
+def test_a_run_with_an_aggregator_records_each_groups_acceptance(tmp_path):
+    raw = small_scenario(rounds=3, **{"population.compute": {"kind": "tiers", "tiers": [
+        {"name": "fast", "share": 0.5, "s_per_sample": 0.01}, {"name": "slow", "share": 0.5, "s_per_sample": 0.02}]}})
+    raw["algorithm"]["aggregator"] = {"kind": "krum", "f": 2, "m": 3}
+    rows = _rows_of(run_scenario(validate_scenario(raw), tmp_path / "run").path)
+    for row in rows:
+        shares = [float(row[c]) for c in ("accepted_compute_tier_0", "accepted_compute_tier_1") if row[c] != ""]
+        assert shares and all(0.0 <= s <= 1.0 for s in shares)
+    assert sum(int(r["updates_accepted"]) for r in rows) == 9
+
+
+def _rows_of(path) -> list[dict]:
+    with open(path / "metrics.csv", newline="") as handle:
+        return list(csv.DictReader(handle))

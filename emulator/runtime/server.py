@@ -16,7 +16,8 @@ from emulator import params as param_vector
 from emulator.algorithms import AlgorithmContext, ClientUpdate, build_algorithm
 from emulator.algorithms.asynchronous import Arrival
 from emulator.algorithms.selection import distinct_in_draw_order
-from emulator.evaluation.fleet import FleetEvaluation
+from emulator.evaluation.acceptance import acceptance_by_group, acceptance_columns
+from emulator.evaluation.fleet import FleetEvaluation, groupings
 from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
 from emulator.parts.plugins import GuardedAlgorithm, guard, is_plugin
@@ -106,6 +107,9 @@ class FederatedServer:
         self.transfer_bytes = int(round(self.model_bytes * self.algorithm.shared_share))  # what travels
         self.adversaries = Adversaries.of(self.scenario.population, self.num_classes, self.scenario.seed)
         self.system = build_system(self.scenario, self.label_counts)
+        # with a robust aggregator: how often each group's honest reports were accepted (acceptance.py)
+        self.accept_groups = groupings(self.system.describe_devices()) \
+            if self.scenario.algorithm.aggregator is not None else {}
         self.fleet = None  # evaluation.devices: the global model on every device's own test split
         if self.scenario.evaluation.devices is not None:
             config = self.scenario.evaluation.devices
@@ -130,6 +134,7 @@ class FederatedServer:
         fleet = self.fleet.columns if self.fleet is not None else ()
         hostile = () if self.adversaries is None else ADVERSARY_COLUMNS + (
             ("backdoor_success",) if self.adversaries.backdoor is not None else ())
+        hostile += acceptance_columns(self.accept_groups)
         return BASE_COLUMNS + extra + self.upload.columns + secure + fleet + hostile + tuple(self.algorithm.columns)
 
     @property
@@ -192,7 +197,11 @@ class FederatedServer:
                     yield update
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
-        self._attack_row = None if hostile is None else hostile.columns(devices, algorithm.accepted_updates())
+        acceptance = algorithm.accepted_updates()
+        self._attack_row = {} if hostile is None else hostile.columns(devices, acceptance)
+        if self.accept_groups and acceptance is not None:
+            self._attack_row.update(acceptance_by_group(*acceptance, self.accept_groups,
+                                                        None if hostile is None else ~hostile.attacker))
         if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
             outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
             outcome.end_s = self.system.now_s
@@ -306,8 +315,8 @@ class FederatedServer:
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
             if self.fleet is not None:
                 row.update(self._evaluate_devices(r, outcome.end_s))
+        row.update(self._attack_row or {})
         if self.adversaries is not None:
-            row.update(self._attack_row or {})
             if self.adversaries.backdoor is not None and row["test_acc"] is not None:
                 row["backdoor_success"] = inline.get(self.pool.runners[0].evaluate_backdoor.remote(
                     self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,

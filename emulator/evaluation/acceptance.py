@@ -1,0 +1,31 @@
+"""The price of robustness in fairness: how often a robust aggregator accepted the honest reports of each
+group of devices (compute tier, time zone, availability...), round by round.
+
+A rule that drops or scales what looks unusual (Krum, norm bounding) also drops honest devices whose data
+or speed make their updates unusual: the slow tier that holds rare classes, the time zone that trains on
+other labels. These columns show it beside the attackers' share (emulator/runtime/adversaries.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.evaluation.fleet import _label
+
+
+def acceptance_columns(groups: dict[str, np.ndarray]) -> tuple[str, ...]:
+    """metrics.csv's names: accepted_<column>_<value>, the share of that group's honest reports accepted."""
+    return tuple(f"accepted_{name}_{_label(value)}" for name, values in groups.items() for value in np.unique(values))
+
+
+def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[str, np.ndarray],
+                        honest: np.ndarray | None = None) -> dict:
+    """Per group, the share of its honest devices' reports this round that the rule accepted (None where the
+    group had no honest report). `devices` and `accepted` are the rule's (one entry per report)."""
+    devices, accepted = np.asarray(devices, np.int64), np.asarray(accepted, bool)
+    keep = np.ones(len(devices), bool) if honest is None else honest[devices]
+    row = {}
+    for name, values in groups.items():
+        for value in np.unique(values):
+            members = keep & (values[devices] == value) if len(devices) else np.zeros(0, bool)
+            row[f"accepted_{name}_{_label(value)}"] = float(accepted[members].mean()) if members.any() else None
+    return row
