@@ -48,7 +48,7 @@ def table(root: Path) -> int:
         print(f"{root}: no completed runs", file=sys.stderr)
         return 1
     print("| setting | correlation | population share | share of reports | share of accepted | backdoor success, "
-          "last | backdoor success, mean over evaluations | test accuracy, last | honest slow tier accepted | "
+          "last | backdoor success, mean over evaluations | test accuracy, last | honest mid tier accepted | "
           "honest fast tier accepted | simulated h |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for name in SETTINGS:
@@ -66,7 +66,7 @@ def table(root: Path) -> int:
             accuracy = [_number(rows[-1]["test_acc"]) for rows in evaluated]
             hours = _mean([float(run["rows"][-1]["sim_time_s"]) / 3600 for run in group])
             tiers = [_mean_sd([_mean([_number(r.get(f"accepted_compute_tier_{tier}")) for r in run["rows"]])
-                               for run in group]) for tier in (2, 0)]  # the slow tier, the fast one
+                               for run in group]) for tier in (1, 0)]  # mid and fast (the slow tier misses the deadline)
             print(f"| {name} (n={len(group)}) | {correlation:g} | {100 * population:.1f} | {_mean_sd(reports)} | "
                   f"{_mean_sd(accepted)} | {_mean_sd(last)} | {_mean_sd(mean)} | {_mean_sd(accuracy)} | "
                   f"{tiers[0]} | {tiers[1]} | {hours:.2f} |")
