@@ -127,3 +127,13 @@ def test_a_backdoor_target_the_dataset_lacks_exits_2_naming_the_field(tmp_path, 
     config.write_text(yaml.safe_dump(_world({**BACKDOOR, "target": 99}, rounds=1)))
     assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert "population.types[1].attack.target: 99" in capsys.readouterr().err
+
+
+def test_the_report_draws_the_attack_figure_only_for_runs_with_attackers(tmp_path):
+    attacked = run_scenario(validate_scenario(_world(BACKDOOR, rounds=3)), tmp_path / "attacked").path
+    honest = run_scenario(validate_scenario(small_scenario(rounds=3)), tmp_path / "honest").path
+    assert main(["report", str(attacked), "--out", str(tmp_path / "report")]) == 0
+    assert (tmp_path / "report" / "attacks.png").stat().st_size > 0
+    assert "(attacks.png)" in (tmp_path / "report" / "report.md").read_text()
+    assert main(["report", str(honest), "--out", str(tmp_path / "plain")]) == 0
+    assert not (tmp_path / "plain" / "attacks.png").exists()

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from emulator.analysis import device_plots, plots
+from emulator.analysis import attack_plots, device_plots, plots
 from emulator.analysis.figure_style import figure_formats, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, load_runs, select_runs
@@ -168,6 +168,8 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
          device_plots.device_cdf_figure(groups, out / "device_accuracy_cdf.png", width)),
         ("What each device gets, by group, over simulated time",
          device_plots.device_groups_figure(groups, out / "device_accuracy_groups.png", width)),
+        ("Attackers: the backdoor's success, the main task and the attackers' share of accepted updates",
+         attack_plots.attack_figure(groups, out / "attacks.png", width)),
     ]
     lines = [f"# {title}", ""]
     used, left_out = sum(map(len, groups.values())), len(selection.incomplete) + len(selection.duplicates)
