@@ -64,7 +64,7 @@ def test_the_store_returns_what_was_put_and_a_checkpoint_brings_back_exactly_its
     resumed.load_state(saved)
     assert file.read_bytes() == at_checkpoint  # what later rounds appended is cut off
     assert resumed.get(4).tolist() == [1, 2, 3] and resumed.get(7).tolist() == [4, 5, 6]
-    assert resumed.get(2) is None and np.flatnonzero(resumed.slot_of >= 0).tolist() == [4, 7]
+    assert resumed.get(2) is None and resumed.devices().tolist() == [4, 7]
 
 
 def test_mostly_dead_slots_are_compacted_and_the_old_generation_outlives_one_checkpoint(tmp_path):

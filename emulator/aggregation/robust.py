@@ -22,7 +22,7 @@ from typing import Callable, Literal, Optional
 import numpy as np
 from pydantic import Field
 
-from emulator.errors import PluginError, guard, is_plugin
+from emulator.errors import PluginError, build_part, guard
 from emulator.registry import AGGREGATORS
 from emulator.scenario.training import AggregatorSettings
 
@@ -148,19 +148,17 @@ def build_aggregator(config) -> Rule | None:
     or a plugin's, whose every call is guarded and whose result is checked."""
     if config is None:
         return None
-    registered = AGGREGATORS.get(config.kind)
-    part = f"aggregator {config.kind!r}"
-    with guard(registered.origin, part, "builder", code=registered.build):
-        rule = registered.build(config)
-    if not is_plugin(registered.origin):
-        return rule
+    return build_part(AGGREGATORS.get(config.kind), f"aggregator {config.kind!r}", object, _guarded_rule, config)
 
+
+def _guarded_rule(rule: Rule, origin: str, part: str) -> Rule:
+    """A plugin's rule: a failure named at the plugin, and a result of the wrong shape refused."""
     def guarded(updates: np.ndarray, weights: np.ndarray) -> RobustResult:
-        with guard(registered.origin, part, "call", code=rule):
+        with guard(origin, part, "call", code=rule):
             result = rule(updates, weights)
         if not isinstance(result, RobustResult) or np.shape(result.aggregate) != (updates.shape[1],) or \
                 np.shape(result.accepted) != (len(updates),):
-            raise PluginError(f"plugin {registered.origin}: {part} returned {type(result).__name__}; return an "
+            raise PluginError(f"plugin {origin}: {part} returned {type(result).__name__}; return an "
                               "emulator.extend.RobustResult(aggregate: one value per parameter, accepted: one bool "
                               "per update)")
         return result

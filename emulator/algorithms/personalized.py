@@ -18,8 +18,8 @@ import numpy as np
 from pydantic import Field, field_validator
 
 from emulator.algorithms.fedavg import FedAvg, local_training_from
-from emulator.recording.device_state import DeviceStateStore
 from emulator.errors import ScenarioError
+from emulator.recording.device_state import DeviceStateStore
 from emulator.scenario.training import ClientTraining
 from emulator.training.personal import Personalization, ditto_steps
 
@@ -60,13 +60,13 @@ def layer_mask(layout: tuple[tuple[str, int, int], ...], names: list[str], model
         hits = [(start, stop) for name, start, stop in layout if name == wanted or name.startswith(wanted + ".")]
         if not hits:
             raise ScenarioError(f"algorithm.personal_layers: {wanted!r} names no parameter of model "
-                                     f"{model!r}; its parameters are {', '.join(known)} (a name, or a module prefix "
-                                     "such as the part before '.weight')")
+                                f"{model!r}; its parameters are {', '.join(known)} (a name, or a module prefix "
+                                "such as the part before '.weight')")
         for start, stop in hits:
             mask[start:stop] = True
     if mask.all():
         raise ScenarioError(f"algorithm.personal_layers: {names} covers every parameter of model {model!r}, "
-                                 "so nothing would be shared: leave at least one layer out (usually the body)")
+                            "so nothing would be shared: leave at least one layer out (usually the body)")
     return mask
 
 
@@ -87,7 +87,7 @@ class Personalized(FedAvg):
         return self.store.get(device)
 
     def devices_with_state(self) -> np.ndarray:
-        return np.flatnonzero(self.store.slot_of >= 0)
+        return self.store.devices()
 
     def observe(self, update) -> None:
         super().observe(update)

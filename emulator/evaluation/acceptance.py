@@ -9,12 +9,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.evaluation.fleet import _label
+from emulator.evaluation.fleet import group_column, group_columns
 
 
 def acceptance_columns(groups: dict[str, np.ndarray]) -> tuple[str, ...]:
     """metrics.csv's names: accepted_<column>_<value>, the share of that group's honest reports accepted."""
-    return tuple(f"accepted_{name}_{_label(value)}" for name, values in groups.items() for value in np.unique(values))
+    return group_columns(groups, prefix="accepted")
 
 
 def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[str, np.ndarray],
@@ -27,5 +27,5 @@ def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[
     for name, values in groups.items():
         for value in np.unique(values):
             members = keep & (values[devices] == value) if len(devices) else np.zeros(0, bool)
-            row[f"accepted_{name}_{_label(value)}"] = float(accepted[members].mean()) if members.any() else None
+            row[group_column("accepted", name, value)] = float(accepted[members].mean()) if members.any() else None
     return row

@@ -76,10 +76,14 @@ def groupings(describe: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return found
 
 
-def group_columns(groups: dict[str, np.ndarray]) -> tuple[str, ...]:
-    """metrics.csv's names for the mean device accuracy of each group: device_acc_<column>_<value>."""
-    return tuple(f"device_acc_{name}_{_label(value)}" for name, values in groups.items()
-                 for value in np.unique(values))
+def group_columns(groups: dict[str, np.ndarray], prefix: str = "device_acc") -> tuple[str, ...]:
+    """metrics.csv's names for a statistic of each group: <prefix>_<column>_<value> (the mean device
+    accuracy's by default)."""
+    return tuple(group_column(prefix, name, value) for name, values in groups.items() for value in np.unique(values))
+
+
+def group_column(prefix: str, name: str, value) -> str:
+    return f"{prefix}_{name}_{_label(value)}"
 
 
 def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.ndarray]) -> dict:
@@ -89,7 +93,7 @@ def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.
     for name, values in groups.items():
         for value in np.unique(values):
             members = scored & (values == value)
-            row[f"device_acc_{name}_{_label(value)}"] = float(np.mean(accuracy[members])) if members.any() else None
+            row[group_column("device_acc", name, value)] = float(np.mean(accuracy[members])) if members.any() else None
     return row
 
 

@@ -56,8 +56,9 @@ class DeviceStateStore:
     def __len__(self) -> int:
         return int(np.sum(self.slot_of >= 0))
 
-    def has(self, device: int) -> bool:
-        return bool(self.slot_of[device] >= 0)
+    def devices(self) -> np.ndarray:
+        """The devices that hold state, in device order."""
+        return np.flatnonzero(self.slot_of >= 0)
 
     def get(self, device: int) -> np.ndarray | None:
         """The device's vector (a copy), or None if it has none."""
@@ -91,7 +92,7 @@ class DeviceStateStore:
             if generation not in (self.generation, self._kept):
                 self._path(generation).unlink(missing_ok=True)
         self._kept = self.generation
-        devices = np.flatnonzero(self.slot_of >= 0)
+        devices = self.devices()
         return {"generation": self.generation, "slots": self.slots, "width": self.width, "devices": devices,
                 "slot": self.slot_of[devices].copy(), "directory": str(self.directory)}
 
@@ -130,7 +131,7 @@ class DeviceStateStore:
 
     def _compact(self) -> None:
         """The live slots, in device order, into the next generation's file (fsynced before it is used)."""
-        devices = np.flatnonzero(self.slot_of >= 0)
+        devices = self.devices()
         target = self._path(self.generation + 1)
         with open(target, "wb") as out:
             for device in devices:

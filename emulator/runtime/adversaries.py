@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.errors import ScenarioError
+from emulator.errors import ScenarioError, build_part
 from emulator.registry import ATTACKS
 from emulator.seeding import device_types
 from emulator.training.attacks import Attack
@@ -38,7 +38,9 @@ class Adversaries:
             if target is not None and target >= num_classes:
                 raise ScenarioError(f"population.types[{i}].attack.target: {target}, but the dataset has "
                                     f"{num_classes} classes; give a label in 0..{num_classes - 1}")
-            attacks.append(None if config is None else ATTACKS.get(config.kind).build(config, num_classes))
+            attacks.append(None if config is None else build_part(
+                ATTACKS.get(config.kind), f"attack {config.kind!r}", Attack, lambda built, origin, part: built,
+                config, num_classes))
         return cls(attacks, device_types([t.share for t in types], population.devices, seed))
 
     def attack_of(self, device: int) -> Attack | None:

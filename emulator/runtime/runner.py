@@ -47,6 +47,11 @@ class RunContext:
     precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/training/precision.py)
 
 
+def _model_guard(context: RunContext, stage: str):
+    """A failure in the run's model (a plugin's, say) named at the model's origin, in the stage it hit."""
+    return guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", stage)
+
+
 def unbox(context_box: list) -> RunContext:
     """The run's context, from a one-item list holding it or its object reference (a list, so Ray does not
     fetch it for every call: runners fetch it once and cache it)."""
@@ -129,7 +134,7 @@ class DeviceRunner:
         xs, ys = x[:count], y[:count]
         saved = param_vector.flatten(model)
         group = largest_group(trial.selected, trial.group_size, trial.vectorise, param_vector.nbytes(model))
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+        with _model_guard(context, "local training"):
             if group > 1 and cohort.supports(model) is None:
                 cohort.train_cohort(model, [xs] * group, [ys] * group, [spec] * group, list(range(group)),
                                     [None] * group, check=False, precision=context.precision)
@@ -151,7 +156,7 @@ class DeviceRunner:
         context, model = self._run(run_key, context_box)
         x, y = self._test_set(context)
         param_vector.load(model, global_params)
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+        with _model_guard(context, "evaluation"):
             return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
                                      context.precision)
 
@@ -167,7 +172,7 @@ class DeviceRunner:
         triggered = add_trigger(x[keep], attack.config.size, attack.config.value)
         param_vector.load(model, global_params)
         target = torch.full((int(keep.sum()),), attack.config.target, dtype=y.dtype, device=y.device)
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+        with _model_guard(context, "evaluation"):
             _, correct = evaluate_per_sample(model, triggered, target, batch_size, context.precision)
         return float(correct.mean())
 
@@ -183,7 +188,7 @@ class DeviceRunner:
             index = torch.from_numpy(rows).to(x.device)
             x, y = x[index], y[index]
         param_vector.load(model, global_params)
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+        with _model_guard(context, "evaluation"):
             return evaluate_per_sample(model, x, y, batch_size, context.precision)
 
     def evaluate_personal(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
@@ -195,7 +200,7 @@ class DeviceRunner:
         x, y = self._local_split(context)
         offsets = context.federation.local_offsets
         losses, corrects = [np.zeros(0, np.float64)], [np.zeros(0, bool)]
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "evaluation"):
+        with _model_guard(context, "evaluation"):
             for device, own in zip(devices, owns):
                 start, stop = int(offsets[device]), int(offsets[device + 1])
                 if stop == start:
@@ -222,7 +227,7 @@ class DeviceRunner:
             x, y = self._samples(context, job)
             param_vector.load(model, global_params)
             seed_dropout(job.seed, self.device)
-            with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "fine-tuning"):
+            with _model_guard(context, "fine-tuning"):
                 train_locally(model, x, y, job.spec, seeded_generator(job.seed), None, context.precision)
                 start, stop = int(offsets[job.device]), int(offsets[job.device + 1])
                 loss, correct = evaluate_per_sample(model, x_all[start:stop], y_all[start:stop], batch_size,
@@ -279,14 +284,14 @@ class DeviceRunner:
         if job.attack is not None:  # its own generator: the training's batches are those of an honest device
             x, y = job.attack.poison(x, y, seeded_generator(job.seed ^ ATTACK_SALT))
         if job.personalization is not None:
-            with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+            with _model_guard(context, "local training"):
                 delta, stats, own = train_personal_round(model, x, y, job.spec, job.seed, global_params, job.own,
                                                          job.personalization, context.precision, self.device)
             return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity, own)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         seed_dropout(job.seed, self.device)  # dropout masks
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+        with _model_guard(context, "local training"):
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)
         delta -= global_params
@@ -321,7 +326,7 @@ class DeviceRunner:
                       jobs: list[DeviceJob]) -> list[ClientUpdate]:
         samples = [self._samples(context, job) for job in jobs]
         param_vector.load(model, global_params)
-        with guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", "local training"):
+        with _model_guard(context, "local training"):
             trained = cohort.train_cohort(model, [x for x, _ in samples], [y for _, y in samples],
                                           [job.spec for job in jobs], [job.seed for job in jobs],
                                           [job.correction for job in jobs], check=False, precision=context.precision)

@@ -156,7 +156,7 @@ class FederatedServer:
     def _play_round(self) -> dict:
         self.round += 1
         seed, r = self.scenario.seed, self.round
-        self.server_samples_this_round, self._attack_row = 0, None
+        self.server_samples_this_round, self._acceptance_row = 0, None
         self.upload.begin_round()
         plan = self.algorithm.plan_round(r)
         if plan.kind == "async":
@@ -198,9 +198,9 @@ class FederatedServer:
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
         acceptance = algorithm.accepted_updates()
-        self._attack_row = {} if hostile is None else hostile.columns(devices, acceptance)
+        self._acceptance_row = {} if hostile is None else hostile.columns(devices, acceptance)
         if self.accept_groups and acceptance is not None:
-            self._attack_row.update(acceptance_by_group(*acceptance, self.accept_groups,
+            self._acceptance_row.update(acceptance_by_group(*acceptance, self.accept_groups,
                                                         None if hostile is None else ~hostile.attacker))
         if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
             outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
@@ -239,7 +239,8 @@ class FederatedServer:
             self._events = [(r, time, device, event) for time, device, event in sorted(events)]
         devices, counts = distinct_in_draw_order(outcome.reported)
         if self.adversaries is not None:  # every report is applied: asynchronous rules have no aggregator
-            self._attack_row = self.adversaries.columns(np.array([a.update.device for a in arrivals], np.int64), None)
+            applied = np.array([a.update.device for a in arrivals], np.int64)
+            self._acceptance_row = self.adversaries.columns(applied, None)
         staleness = [a.staleness for a in arrivals]
         row = self._row(r, plan, outcome, devices, counts, [a.update.stats for a in arrivals])
         row.update(version=self.version, staleness_mean=float(np.mean(staleness)) if staleness else None,
@@ -315,12 +316,12 @@ class FederatedServer:
             row[CLASS_ACCURACY] = [None if math.isnan(a) else float(a) for a in accuracy]
             if self.fleet is not None:
                 row.update(self._evaluate_devices(r, outcome.end_s))
-        row.update(self._attack_row or {})
-        if self.adversaries is not None:
-            if self.adversaries.backdoor is not None and row["test_acc"] is not None:
-                row["backdoor_success"] = inline.get(self.pool.runners[0].evaluate_backdoor.remote(
-                    self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
-                    self.adversaries.backdoor))
+        row.update(self._acceptance_row or {})  # the attackers' share and each group's, where measured
+        backdoor = self.adversaries.backdoor if self.adversaries is not None else None
+        if backdoor is not None and row["test_acc"] is not None:
+            row["backdoor_success"] = inline.get(self.pool.runners[0].evaluate_backdoor.remote(
+                self.run_key, self.context_box, self.pool.put(self.params), self.scenario.evaluation.batch_size,
+                backdoor))
         row.update(outcome.protocol)
         row.update(self.upload.round_stats(self.system.ledger.counts["reported"] if self.upload.dp else None))
         row.update(self.algorithm.after_round(row))
@@ -526,42 +527,45 @@ class FederatedServer:
         global model in one pass, except that a device with state of its own (FedPer, Ditto) is scored with
         its own model (on the runners, in chunks spread over them)."""
         params_ref, batch = self.pool.put(self.params), self.scenario.evaluation.batch_size
-        how = self.algorithm.personal
-        order = np.arange(len(self.fleet.local_sizes)) if devices is None else np.asarray(devices, np.int64)
-        holding = order[np.isin(order, self.algorithm.devices_with_state())] if how is not None else order[:0]
-        if not len(holding):
+        how, sizes = self.algorithm.personal, self.fleet.local_sizes
+        order = np.arange(len(sizes)) if devices is None else np.asarray(devices, np.int64)
+        holding = np.isin(order, self.algorithm.devices_with_state()) if how is not None else np.zeros(len(order), bool)
+        if not holding.any():
             return inline.get(self.pool.runners[0].evaluate_devices.remote(
                 self.run_key, self.context_box, params_ref, batch, devices))
-        owns = set(holding.tolist())
-        sizes = self.fleet.local_sizes[order]
         pieces: dict[int, tuple[np.ndarray, np.ndarray]] = {}
-        shared = np.array([d for d in order if int(d) not in owns], dtype=np.int64)
+
+        def keep(chunk, scores) -> None:  # one runner call's per-sample arrays, cut per device
+            cuts = np.cumsum(sizes[chunk])[:-1]
+            pieces.update(zip(np.asarray(chunk).tolist(), zip(np.split(scores[0], cuts), np.split(scores[1], cuts))))
+
+        shared = order[~holding]
         if len(shared):
-            loss, correct = inline.get(self.pool.runners[0].evaluate_devices.remote(
-                self.run_key, self.context_box, params_ref, batch, shared))
-            cuts = np.cumsum(self.fleet.local_sizes[shared])[:-1]
-            pieces.update(zip(shared.tolist(), zip(np.split(loss, cuts), np.split(correct, cuts))))
-        own_devices = [d for d in holding.tolist() if self.fleet.local_sizes[d] > 0]
-        # chunks spread over the runners, each under 64 MiB of state: fetched from the store as they are sent
-        size = max(1, min(-(-len(own_devices) // (4 * len(self.pool.runners))), (64 << 20) // (4 * how.width)))
-        chunks = [own_devices[i:i + size] for i in range(0, len(own_devices), size)]
-        for chunk, (loss, correct) in zip(chunks, self.pool.map_ordered(chunks, lambda runner, chunk: (
+            keep(shared, inline.get(self.pool.runners[0].evaluate_devices.remote(
+                self.run_key, self.context_box, params_ref, batch, shared)))
+        own = order[holding & (sizes[order] > 0)].tolist()
+        # each chunk under 64 MiB of state, fetched from the store as it is sent
+        chunks = self._spread(own, cap=(64 << 20) // (4 * how.width))
+        for chunk, scores in zip(chunks, self.pool.map_ordered(chunks, lambda runner, chunk: (
                 runner.evaluate_personal.remote(self.run_key, self.context_box, params_ref, batch, chunk,
                                                 [self.algorithm.own_state(d) for d in chunk], how.mask)))):
-            cuts = np.cumsum(self.fleet.local_sizes[chunk])[:-1]
-            pieces.update(zip(chunk, zip(np.split(loss, cuts), np.split(correct, cuts))))
-        empty = (np.zeros(0, np.float64), np.zeros(0, bool))
-        scored = [pieces.get(int(d), empty) for d, n in zip(order, sizes) if n > 0]
-        return (np.concatenate([p[0] for p in scored] or [empty[0]]),
-                np.concatenate([p[1] for p in scored] or [empty[1]]))
+            keep(chunk, scores)
+        scored = [pieces[int(d)] for d in order if sizes[d] > 0]
+        return (np.concatenate([p[0] for p in scored] or [np.zeros(0, np.float64)]),
+                np.concatenate([p[1] for p in scored] or [np.zeros(0, bool)]))
+
+    def _spread(self, items: list, cap: int | None = None) -> list[list]:
+        """`items` cut into about four chunks a runner (at most `cap` items each), for pool.map_ordered."""
+        size = max(1, -(-len(items) // (4 * len(self.pool.runners))))
+        size = max(1, min(size, cap)) if cap is not None else size
+        return [items[i:i + size] for i in range(0, len(items), size)]
 
     def _finetune(self, r: int, spec, devices: np.ndarray) -> list[tuple[int, int, float]]:
         """Fine-tune, then evaluate, `devices` on the runners (chunks spread over them): per device, its
         (local test samples, correct, loss sum). Each device's seed is (seed, finetune, round, device)."""
         seed = self.scenario.seed
         jobs = [DeviceJob(self.run_key, int(d), spec, torch_seed(seed, "finetune", r, int(d))) for d in devices]
-        size = max(1, -(-len(jobs) // (4 * len(self.pool.runners))))
-        chunks = [jobs[i:i + size] for i in range(0, len(jobs), size)]
+        chunks = self._spread(jobs)
         params_ref, batch = self.pool.put(self.params), self.scenario.evaluation.batch_size
         scores = []
         for chunk in self.pool.map_ordered(chunks, lambda runner, chunk: runner.finetune_evaluate.remote(
