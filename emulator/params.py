@@ -13,8 +13,13 @@ import torch
 from torch import nn
 
 
+def _named(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """The state dict's floating-point entries, by name: what travels."""
+    return [(n, t) for n, t in model.state_dict(keep_vars=True).items() if torch.is_floating_point(t)]
+
+
 def communicated(model: nn.Module) -> list[torch.Tensor]:
-    return [t for t in model.state_dict(keep_vars=True).values() if torch.is_floating_point(t)]
+    return [t for _, t in _named(model)]
 
 
 def flatten(model: nn.Module) -> np.ndarray:
@@ -45,10 +50,9 @@ def size(model: nn.Module) -> int:
 def layout(model: nn.Module) -> tuple[tuple[str, int, int], ...]:
     """(state-dict name, start, stop) of each communicated tensor in the flat vector, in order."""
     spans, offset = [], 0
-    for name, tensor in model.state_dict(keep_vars=True).items():
-        if torch.is_floating_point(tensor):
-            spans.append((name, offset, offset + tensor.numel()))
-            offset += tensor.numel()
+    for name, tensor in _named(model):
+        spans.append((name, offset, offset + tensor.numel()))
+        offset += tensor.numel()
     return tuple(spans)
 
 

@@ -77,6 +77,6 @@ def train_personal_round(model: nn.Module, inputs: torch.Tensor, labels: torch.T
 def ditto_steps(spec: LocalTraining, lam: float, steps: int | None, lr: float | None) -> LocalTraining:
     """Ditto's personal training: the round's local training with its own step count and rate, pulled
     towards the global model with strength lam."""
-    return replace(spec, prox_mu=lam, local_steps=steps if steps is not None else spec.local_steps,
-                   local_epochs=None if (steps is not None or spec.local_steps is not None) else spec.local_epochs,
-                   lr=lr if lr is not None else spec.lr)
+    if steps is None:  # the round's own steps or epochs
+        return replace(spec, prox_mu=lam, lr=lr if lr is not None else spec.lr)
+    return replace(spec, prox_mu=lam, local_steps=steps, local_epochs=None, lr=lr if lr is not None else spec.lr)
