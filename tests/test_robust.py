@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 from conftest import small_scenario
 
-from emulator.aggregation.robust import coordinate_median, krum_scores, multi_krum, norm_bound, trimmed_mean
+from emulator.aggregation.robust import (coordinate_median, extra_operations, krum_scores, multi_krum, norm_bound,
+                                        trimmed_mean)
+from emulator.aggregation.staleness import StalenessBuffer, robust_buffer_step
 from emulator.driver import run_scenario
 from emulator.errors import ScenarioError
 from emulator.parts import validate_scenario
@@ -76,9 +78,13 @@ def test_a_run_with_an_aggregator_records_how_many_updates_it_accepted(tmp_path,
 @pytest.mark.parametrize("change, field", [
     ({"algorithm.aggregator": {"kind": "krum", "f": 4}}, "algorithm.aggregator.f"),  # 2 x 4 >= 8 reports
     ({"algorithm.aggregator": {"kind": "trimmed_mean", "beta": 0.5}}, "algorithm.aggregator.beta"),
-    ({"algorithm": {"name": "fedbuff", "concurrency": 10, "aggregator": {"kind": "median"}}}, "algorithm.aggregator"),
+    ({"algorithm": {"name": "fedasync", "concurrency": 10, "aggregator": {"kind": "median"}}}, "algorithm.aggregator"),
+    ({"algorithm": {"name": "fedbuff", "concurrency": 10, "buffer": 6, "aggregator": {"kind": "krum", "f": 3}}},
+     "algorithm.aggregator.f"),  # 2 x 3 >= a buffer of 6
     ({"algorithm.aggregator": {"kind": "median"}, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
      "algorithm.aggregator"),
+    ({"algorithm.aggregator": {"kind": "norm_bound"}, "privacy": {"noise_multiplier": 1.0, "clip": 1.0}},
+     "algorithm.aggregator"),  # an adaptive bound is set by the other devices' updates
 ])
 def test_an_aggregator_that_cannot_work_is_refused_naming_the_field(change, field):
     with pytest.raises(ScenarioError, match=field.replace(".", r"\.")):
@@ -112,3 +118,67 @@ def test_a_run_with_an_aggregator_records_each_groups_acceptance(tmp_path):
 def _rows_of(path) -> list[dict]:
     with open(path / "metrics.csv", newline="") as handle:
         return list(csv.DictReader(handle))
+
+
+def _weighted_mean(updates, weights):
+    from emulator.aggregation.robust import RobustResult
+
+    return RobustResult((updates * weights[:, None]).sum(axis=0) / weights.sum(), np.ones(len(updates), bool))
+
+
+@pytest.mark.parametrize("normalisation", ["count", "weights", "none"])
+def test_fedbuffs_robust_step_is_its_plain_step_when_the_rule_is_the_mean(normalisation):
+    deltas, staleness = UPDATES[:3].astype(np.float32), np.array([1.0, 0.5, 0.25])
+    buffer = StalenessBuffer(2)
+    for delta, weight in zip(deltas, staleness):
+        buffer.add(delta, weight)
+    step, _ = robust_buffer_step(deltas, staleness, _weighted_mean, normalisation)
+    assert step.tolist() == pytest.approx(buffer.flush(normalisation).tolist())
+
+
+def test_fedbuffs_robust_step_takes_the_rule_over_the_staleness_weighted_buffer():
+    # count: the median of s_i d_i = (1, 10), (1, 10), (0.75, 7.5), (25, -25) -> (1, 8.75)
+    step, result = robust_buffer_step(UPDATES, np.array([1.0, 0.5, 0.25, 0.25]), lambda u, w: coordinate_median(u))
+    assert step.tolist() == pytest.approx([1.0, 8.75]) and result.accepted.all()
+    none, _ = robust_buffer_step(UPDATES, np.array([1.0, 0.5, 0.25, 0.25]), lambda u, w: coordinate_median(u), "none")
+    assert none.tolist() == pytest.approx([4.0, 35.0])  # K = 4 times the median
+
+
+def test_each_rule_counts_its_work_beyond_the_mean():
+    rows = np.zeros((8, 100))  # n = 8, d = 100: the mean's 800 operations are not charged
+    assert extra_operations(coordinate_median(rows), 8, 100) == 8 * 100 * 3 - 800  # a sort: n d log2 n
+    assert extra_operations(multi_krum(rows, 1), 8, 100) == 64 * 100 + 64 * 3 - 800  # pairwise distances
+    assert extra_operations(norm_bound(rows, np.ones(8), bound=1.0), 8, 100) == 3 * 800 - 800
+
+
+def test_a_robust_rules_work_is_charged_on_the_servers_clock(tmp_path):
+    times = {}
+    for rate in (0.0, 1e-3):
+        raw = small_scenario(rounds=2, **{"system.server": {"s_per_operation": rate}})
+        raw["algorithm"]["aggregator"] = {"kind": "krum", "f": 2}
+        times[rate] = _rows_of(run_scenario(validate_scenario(raw), tmp_path / str(rate)).path)
+    free, charged = times[0.0], times[1e-3]
+    assert all(float(r["server_compute_s"]) == 0.0 for r in free)
+    for plain, priced in zip(free, charged):  # Krum over 8 updates of the model's parameters, at 1 ms an operation
+        extra = float(priced["server_compute_s"])
+        assert extra > 1.0 and float(priced["round_duration_s"]) == pytest.approx(float(plain["round_duration_s"]) + extra)
+    assert float(charged[-1]["sim_time_s"]) > float(free[-1]["sim_time_s"])
+
+
+def test_fedbuff_runs_a_robust_rule_over_each_buffer_and_records_what_it_took(tmp_path):
+    raw = small_scenario(rounds=4, algorithm={"name": "fedbuff", "concurrency": 12, "buffer": 6, "client_lr": 0.05,
+                                              "local_steps": 5, "batch_size": 16,
+                                              "aggregator": {"kind": "krum", "f": 1, "m": 2}},
+                         **{"system.model": "simulated"})
+    rows = _rows_of(run_scenario(validate_scenario(raw), tmp_path / "run").path)
+    assert [int(r["updates_accepted"]) for r in rows] == [2] * 4
+    assert all(float(r["server_compute_s"]) > 0 for r in rows)
+    assert float(rows[-1]["test_acc"]) > 0
+
+
+def test_norm_bounding_with_a_fixed_bound_runs_under_dp(tmp_path):
+    raw = small_scenario(rounds=2, privacy={"noise_multiplier": 0.5, "clip": 1.0})
+    raw["algorithm"]["aggregator"] = {"kind": "norm_bound", "bound": 0.05}
+    rows = _rows_of(run_scenario(validate_scenario(raw), tmp_path / "run").path)
+    assert all(float(r["dp_noise_std"]) > 0 for r in rows)
+    assert sum(int(r["updates_accepted"]) for r in rows) < sum(int(r["participants"]) for r in rows)  # bound < clip

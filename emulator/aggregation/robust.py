@@ -13,6 +13,11 @@ from that). References:
   at most norm M; adaptive here: M is the round's median update norm times a factor).
 Median, trimmed mean and Krum are unweighted, as their papers define them; norm bounding keeps the
 host's weights.
+
+Each rule also counts its work in element operations (`operations`), so the server's time for it can be
+charged on the simulated clock (system.server.s_per_operation): a per-coordinate sort or selection of n
+values costs n log2 n per coordinate, Krum's pairwise distances n^2 per coordinate, norm bounding three
+passes. The weighted mean every host already runs (n per coordinate) is the baseline, not charged.
 """
 from __future__ import annotations
 
@@ -32,13 +37,24 @@ class RobustResult:
     aggregate: np.ndarray  # float64, the vector the server steps with (a mean delta)
     accepted: np.ndarray  # bool per update: whether it shaped the aggregate as itself
     note: str = ""  # why a rule could not run as asked (e.g. too few updates for Krum), "" when it did
+    operations: float = 0.0  # element operations the rule took (0: not counted, e.g. a plugin that does not say)
+
+
+def _sorting(n: int, d: int) -> float:
+    """A per-coordinate sort of n values over d coordinates."""
+    return float(n * d * max(1.0, np.log2(max(n, 1))))
+
+
+def extra_operations(result: RobustResult, n: int, d: int) -> float:
+    """What a rule cost beyond the weighted mean (n d) every host runs anyway: the server's extra work."""
+    return max(0.0, result.operations - n * d)
 
 
 def coordinate_median(updates: np.ndarray) -> RobustResult:
     """The per-coordinate median (an even count: the mean of the two middle values). Every update counts
     as accepted: none is dropped whole."""
     rows = np.asarray(updates, np.float64)
-    return RobustResult(np.median(rows, axis=0), np.ones(len(rows), bool))
+    return RobustResult(np.median(rows, axis=0), np.ones(len(rows), bool), operations=_sorting(*rows.shape))
 
 
 def trimmed_mean(updates: np.ndarray, beta: float) -> RobustResult:
@@ -48,7 +64,7 @@ def trimmed_mean(updates: np.ndarray, beta: float) -> RobustResult:
     rows = np.asarray(updates, np.float64)
     cut = int(np.floor(beta * len(rows)))
     kept = np.sort(rows, axis=0)[cut:len(rows) - cut]
-    return RobustResult(kept.mean(axis=0), np.ones(len(rows), bool))
+    return RobustResult(kept.mean(axis=0), np.ones(len(rows), bool), operations=_sorting(*rows.shape))
 
 
 def krum_scores(updates: np.ndarray, f: int) -> np.ndarray:
@@ -68,15 +84,15 @@ def multi_krum(updates: np.ndarray, f: int, m: int = 1) -> RobustResult:
     (arrival order), so the rule is deterministic. Krum's guarantee needs n >= 2f + 3 updates; with fewer it
     still chooses (from n - f - 2 neighbours, at least 1) and says so in `note`."""
     rows = np.asarray(updates, np.float64)
-    n = len(rows)
+    n, d = rows.shape
     if n == 1:
-        return RobustResult(rows[0].copy(), np.ones(1, bool), "krum: one update, taken as it is")
+        return RobustResult(rows[0].copy(), np.ones(1, bool), "krum: one update, taken as it is", float(d))
     scores = krum_scores(rows, f)
     chosen = np.argsort(scores, kind="stable")[:max(1, min(m, n))]
     accepted = np.zeros(n, bool)
     accepted[chosen] = True
     note = "" if n >= 2 * f + 3 else f"krum: {n} updates, fewer than 2f + 3 = {2 * f + 3}: no guarantee"
-    return RobustResult(rows[chosen].mean(axis=0), accepted, note)
+    return RobustResult(rows[chosen].mean(axis=0), accepted, note, float(n * n * d + n * n * np.log2(n)))
 
 
 def norm_bound(updates: np.ndarray, weights: np.ndarray, bound: float | None = None,
@@ -90,7 +106,7 @@ def norm_bound(updates: np.ndarray, weights: np.ndarray, bound: float | None = N
     scale = np.where(norms > limit, limit / np.maximum(norms, 1e-300), 1.0)
     total = weights.sum()
     aggregate = (rows * (scale * weights)[:, None]).sum(axis=0) / total if total > 0 else np.zeros(rows.shape[1])
-    return RobustResult(aggregate, scale >= 1.0)
+    return RobustResult(aggregate, scale >= 1.0, operations=float(3 * rows.size))
 
 
 # ------------------------------------------------------------------------------------ the rules' configs

@@ -79,3 +79,25 @@ class StalenessBuffer:
     def load_state(self, state: dict) -> None:
         self.total = np.asarray(state["total"], dtype=np.float64).copy()
         self.count, self.weight_sum = int(state["count"]), float(state["weight_sum"])
+
+
+def robust_buffer_step(deltas: np.ndarray, weights: np.ndarray, rule, normalisation: str = "count"):
+    """FedBuff's pseudo-gradient with a robust rule (rule(updates, weights) -> RobustResult, see
+    aggregation/robust.py) over the buffer in place of its sum; returns (float32 step, the rule's result).
+
+    Each normalisation keeps its meaning and gives flush()'s step exactly when the rule is the weighted mean:
+    count: the rule over the staleness-weighted deltas s_i d_i (the paper's sum / K is their mean); weights:
+    the rule over the deltas weighted by s_i (FedScale's sum / sum s_i is their weighted mean); none: K times
+    the rule over s_i d_i (FLSim's plain sum)."""
+    deltas, weights = np.asarray(deltas, np.float64), np.asarray(weights, np.float64)
+    if len(deltas) == 0:
+        raise ValueError("a robust step over an empty buffer")
+    if normalisation == "weights":
+        result = rule(deltas, weights)
+        step = np.asarray(result.aggregate, np.float64)
+    elif normalisation in ("count", "none"):
+        result = rule(deltas * weights[:, None], np.ones(len(deltas)))
+        step = np.asarray(result.aggregate, np.float64) * (len(deltas) if normalisation == "none" else 1.0)
+    else:
+        raise ValueError(f"unknown normalisation {normalisation!r}; choose one of {', '.join(NORMALISATIONS)}")
+    return step.astype(np.float32), result

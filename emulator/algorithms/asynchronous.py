@@ -14,7 +14,7 @@ from typing import Literal
 import numpy as np
 from pydantic import Field, model_validator
 
-from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, staleness_weight
+from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, robust_buffer_step, staleness_weight
 from emulator.algorithms.base import ClientUpdate, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.scenario.base import ScenarioFieldError
@@ -27,6 +27,9 @@ class FedAsyncConfig(AsynchronousTraining):
     name: Literal["fedasync"] = "fedasync"
     alpha: float = Field(0.6, gt=0, le=1)  # the mixing weight
 
+    def robust_batch(self):
+        return 1, "a report at a time"
+
     @model_validator(mode="after")
     def _no_server_step(self):
         if self.server_optimizer is not None and self.server_optimizer.kind != "sgd":
@@ -36,6 +39,11 @@ class FedAsyncConfig(AsynchronousTraining):
         if self.server_lr_schedule is not None:
             raise ScenarioFieldError("algorithm.server_lr_schedule", "fedasync has no server learning rate "
                                      "(alpha is its mixing weight); leave it out")
+        rule = self.aggregator
+        if rule is not None and (rule.kind != "norm_bound" or rule.bound is None):
+            raise ScenarioFieldError("algorithm.aggregator", "fedasync applies each report alone, and a rule over "
+                                     "one update keeps it as it is (an adaptive bound is its own norm); use "
+                                     "norm_bound with a fixed bound, or fedbuff, whose buffer the rule sees whole")
         return self
 
 
@@ -46,6 +54,9 @@ class FedBuffConfig(AsynchronousTraining):
     buffer: int = Field(10, gt=0)  # K, reports per server update
     server_lr: float = Field(1.0, gt=0)
     normalisation: Literal["count", "weights", "none"] = "count"  # the buffer's sum / K, / sum of s(d), or as is
+
+    def robust_batch(self):
+        return self.buffer, "buffer"
 
     @model_validator(mode="after")
     def _buffer_fits(self):
@@ -108,7 +119,12 @@ class FedAsync(AsynchronousAlgorithm):
             weight = self.weight_of(arrival.staleness)
             if weight == 0.0 or arrival.update.stats.steps == 0:
                 continue
-            trained = (arrival.downloaded.astype(np.float64) + arrival.update.delta).astype(np.float32)
+            delta = arrival.update.delta
+            if self.aggregator is not None:  # norm bounding, each report alone (the schema allows no other rule)
+                result = self.aggregator(delta[None, :].astype(np.float64), np.ones(1))
+                self.keep_acceptance(np.array([arrival.update.device]), result, (1, len(delta)))
+                delta = result.aggregate
+            trained = (arrival.downloaded.astype(np.float64) + delta).astype(np.float32)
             params = fedasync_mix(params, trained, self.config.alpha, weight)
         return params
 
@@ -130,13 +146,27 @@ class FedBuff(AsynchronousAlgorithm):
 
     def apply(self, params, arrivals, update_index):
         self.set_round(update_index)
-        for arrival in arrivals:
-            weight = self.weight_of(arrival.staleness)
-            if weight > 0.0 and arrival.update.stats.steps > 0:  # too stale, or no data: not buffered
-                self.buffer.add(arrival.update.delta, weight)
+        buffered = [(arrival, self.weight_of(arrival.staleness)) for arrival in arrivals]
+        buffered = [(a, w) for a, w in buffered if w > 0.0 and a.update.stats.steps > 0]  # too stale, or no data
+        if self.aggregator is not None:
+            return self._robust_step(params, buffered)
+        for arrival, weight in buffered:
+            self.buffer.add(arrival.update.delta, weight)
         if self.buffer.count == 0:
             return params
         return self.server_step(params, self.buffer.flush(self.config.normalisation))
+
+    def _robust_step(self, params, buffered):
+        """algorithm.aggregator's rule over the buffer in place of its sum (aggregation/staleness.py)."""
+        devices = np.array([a.update.device for a, _ in buffered], np.int64)
+        if not buffered:
+            self.acceptance = (devices, np.zeros(0, bool))
+            return params
+        deltas = np.stack([a.update.delta for a, _ in buffered])
+        step, result = robust_buffer_step(deltas, np.array([w for _, w in buffered]), self.aggregator,
+                                          self.config.normalisation)
+        self.keep_acceptance(devices, result, deltas.shape)
+        return self.server_step(params, step)
 
     def state(self):
         return {**super().state(), "buffer": self.buffer.state()}

@@ -104,6 +104,11 @@ class Algorithm:
         was taken as it came."""
         return None
 
+    def server_operations(self) -> float:
+        """With a robust aggregator: the element operations its rule took this round beyond the mean, which
+        the server's clock charges (system.server.s_per_operation); 0 without one."""
+        return 0.0
+
     def devices_with_state(self) -> np.ndarray:
         """A personalized algorithm's: the devices that hold state of their own, in device order."""
         return np.zeros(0, np.int64)

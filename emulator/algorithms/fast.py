@@ -102,6 +102,9 @@ class Fast(Algorithm):
     def accepted_updates(self):
         return self.host.accepted_updates()
 
+    def server_operations(self):
+        return self.host.server_operations()
+
     def after_round(self, row: dict) -> dict:
         if self.config.adaptive and row.get("train_acc") is not None:
             self.q = adapt_q(self.q, self.previous_accuracy, row["train_acc"], self.config.lam)

@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import build_server_optimizer
-from emulator.aggregation.robust import build_aggregator
+from emulator.aggregation.robust import build_aggregator, extra_operations
 from emulator.aggregation.schedules import lr_at
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
@@ -80,6 +80,7 @@ class FedAvg(Algorithm):
             self.columns = tuple(self.columns) + tuple(self.rates)
         self.aggregator = build_aggregator(getattr(config, "aggregator", None))
         self.acceptance: tuple[np.ndarray, np.ndarray] | None = None  # (devices, accepted) of the last robust round
+        self.operations = 0.0  # the robust rule's element operations beyond the mean, this round (for the clock)
         if self.aggregator is not None:
             self.columns = tuple(self.columns) + ("updates_accepted",)
 
@@ -122,20 +123,25 @@ class FedAvg(Algorithm):
 
     def mean_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         if self.aggregator is not None:
-            return self.robust_delta(params, updates)
-        mean = WeightedMean(len(params))
-        for update in updates:
-            mean.add(update.delta, self.weight(update))
-            self.observe(update)
+            mean = self.robust_delta(params, updates)
+        else:
+            mean = WeightedMean(len(params))
+            for update in updates:
+                mean.add(update.delta, self.weight(update))
+                self.observe(update)
         release = self.context.release  # client-level DP: the noised sum over the expected cohort
         return release(mean, self._round) if release is not None else mean
 
     def accepted_updates(self):
         return self.acceptance
 
+    def server_operations(self) -> float:
+        return self.operations
+
     def robust_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         """algorithm.aggregator's rule over the round's updates (every one at once: the rules need them all),
-        as a mean of weight 1; which updates it accepted is kept for the round's metrics."""
+        as a mean of the round's total weight (so DP's release, with norm bounding, noises the sum it expects);
+        which updates it accepted, and the rule's extra work, are kept for the round's metrics and clock."""
         kept = []
         for update in updates:
             weight = self.weight(update)
@@ -146,10 +152,21 @@ class FedAvg(Algorithm):
         if not kept:
             self.acceptance = (np.zeros(0, np.int64), np.zeros(0, bool))
             return mean
-        result = self.aggregator(np.stack([delta for _, delta, _ in kept]), np.array([w for _, _, w in kept]))
-        self.acceptance = (np.array([device for device, _, _ in kept], np.int64), np.asarray(result.accepted, bool))
-        mean.add(np.asarray(result.aggregate, np.float64), 1.0)
+        rows, weights = np.stack([delta for _, delta, _ in kept]), np.array([w for _, _, w in kept])
+        result = self.aggregator(rows, weights)
+        self.keep_acceptance(np.array([device for device, _, _ in kept], np.int64), result, rows.shape)
+        mean.total = np.asarray(result.aggregate, np.float64) * weights.sum()
+        mean.weight, mean.count = float(weights.sum()), len(kept)
         return mean
+
+    def keep_acceptance(self, devices: np.ndarray, result, shape: tuple[int, int]) -> None:
+        """A robust step's record: which devices' updates it accepted, and its work beyond the mean (added to
+        the round's: FedAsync takes a step per report)."""
+        accepted = np.asarray(result.accepted, bool)
+        if self.acceptance is not None:
+            devices, accepted = np.concatenate([self.acceptance[0], devices]), np.concatenate([self.acceptance[1], accepted])
+        self.acceptance = (devices, accepted)
+        self.operations += extra_operations(result, *shape)
 
     def observe(self, update: ClientUpdate) -> None:
         """Per-update bookkeeping beyond the mean (SCAFFOLD's control variates)."""
@@ -168,7 +185,7 @@ class FedAvg(Algorithm):
         values = dict(self.lr) if self.scheduled else {}
         if self.aggregator is not None:
             values["updates_accepted"] = int(self.acceptance[1].sum()) if self.acceptance is not None else 0
-            self.acceptance = None
+            self.acceptance, self.operations = None, 0.0
         return values
 
     def state(self) -> dict:

@@ -84,6 +84,8 @@ ADDED_FIELDS.update({"plugins": [], "options": None})  # plugins and a dataset's
 ADDED_FIELDS.update({"fraction": None, "snapshot_close": "first"})  # data.server_set's, FAST's (2026-11-26)
 ADDED_FIELDS.update({"local_test": None, "devices": None})  # data.local_test, evaluation.devices (2026-11-26)
 ADDED_FIELDS.update({"aggregator": None, "attack": None})  # algorithm.aggregator, population.types[].attack
+# system.server.s_per_operation prices only a robust aggregator's work, which no older run had: its default
+ADDED_FIELDS.update({"s_per_operation": 1e-9})
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

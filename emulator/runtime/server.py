@@ -197,13 +197,10 @@ class FederatedServer:
                     yield update
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
-        acceptance = algorithm.accepted_updates()
-        self._acceptance_row = {} if hostile is None else hostile.columns(devices, acceptance)
-        if self.accept_groups and acceptance is not None:
-            self._acceptance_row.update(acceptance_by_group(*acceptance, self.accept_groups,
-                                                        None if hostile is None else ~hostile.attacker))
-        if self.server_samples_this_round:  # server learning after aggregation (FSL) takes time too
-            outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round)
+        self._record_acceptance(devices)
+        operations = algorithm.server_operations()
+        if self.server_samples_this_round or operations:  # server learning (FSL), a robust rule: time too
+            outcome.server_compute_s = self.system.charge_server(self.server_samples_this_round, operations)
             outcome.end_s = self.system.now_s
         self._events = [(r, t, d, e) for t, d, e in outcome.events]
         return self._row(r, plan, outcome, devices, counts, [u.stats for u in updates])
@@ -221,9 +218,12 @@ class FederatedServer:
         self._submit([task for task in segment.dispatched if task.outcome == "report"])
         arrivals = [Arrival(self._result(task), self.version - task.version, self._versions[task.version])
                     for task in segment.reports]
+        server_s = 0.0
         if arrivals:
             self.params = self.algorithm.apply(self.params, arrivals, r)
             self.version += 1
+            if self.algorithm.server_operations():  # a robust rule's time: reports due meanwhile wait for it
+                server_s = self.system.charge_server(0, self.algorithm.server_operations())
         needed = {task.version for task in stream.in_flight() if task.outcome == "report"} | {self.version}
         self._versions = {v: p for v, p in self._versions.items() if v in needed}
         self._version_refs = {v: ref for v, ref in self._version_refs.items() if v in needed}
@@ -231,22 +231,29 @@ class FederatedServer:
             start_s=segment.start_s, end_s=segment.end_s, selected=segment.devices("dispatched"),
             reported=segment.devices("reports"), dropped=segment.devices("finished", "dropped"),
             stragglers=segment.devices("finished", "abandoned"), bytes_down=segment.bytes_down,
-            bytes_up=segment.bytes_up, failed=segment.failed)
+            bytes_up=segment.bytes_up, failed=segment.failed, server_compute_s=server_s)
+        outcome.end_s += server_s
         if self.system.config.events:  # trips as events.csv rows: dispatched, then how each ended
             ended = {"report": "reported", "dropped": "dropped", "abandoned": "straggler"}
             events = [(t.dispatched_s, t.device, "selected") for t in segment.dispatched]
             events += [(t.ends_s, t.device, ended[t.outcome]) for t in segment.finished]
             self._events = [(r, time, device, event) for time, device, event in sorted(events)]
         devices, counts = distinct_in_draw_order(outcome.reported)
-        if self.adversaries is not None:  # every report is applied: asynchronous rules have no aggregator
-            applied = np.array([a.update.device for a in arrivals], np.int64)
-            self._acceptance_row = self.adversaries.columns(applied, None)
+        self._record_acceptance(np.array([a.update.device for a in arrivals], np.int64))
         staleness = [a.staleness for a in arrivals]
         row = self._row(r, plan, outcome, devices, counts, [a.update.stats for a in arrivals])
         row.update(version=self.version, staleness_mean=float(np.mean(staleness)) if staleness else None,
                    staleness_max=max(staleness) if staleness else None, concurrency_mean=segment.concurrency_mean,
                    concurrency_max=segment.concurrency_max, wasted_compute_s=segment.wasted_compute_s)
         return row
+
+    def _record_acceptance(self, devices: np.ndarray) -> None:
+        """The round's attacker columns and, under a robust aggregator, each group's honest acceptance."""
+        acceptance, hostile = self.algorithm.accepted_updates(), self.adversaries
+        self._acceptance_row = {} if hostile is None else hostile.columns(devices, acceptance)
+        if self.accept_groups and acceptance is not None:
+            self._acceptance_row.update(acceptance_by_group(*acceptance, self.accept_groups,
+                                                        None if hostile is None else ~hostile.attacker))
 
     def _stream(self, plan):
         """The asynchronous protocol's stream, built at the first update (it needs the payload sizes)."""

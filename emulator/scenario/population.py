@@ -277,9 +277,12 @@ class PopulationConfig(Strict):
 
 
 class ServerProfile(Strict):
-    """The server's compute, charged on the simulated clock for server-side training (SAFARI, FSL)."""
+    """The server's compute, charged on the simulated clock: server-side training (SAFARI, FSL) per sample,
+    and a robust aggregator's work beyond the plain mean (emulator/aggregation/robust.py) per element
+    operation (1 ns: about one core's rate for numpy sorts and distances)."""
 
     s_per_sample: float = Field(1e-4, ge=0)
+    s_per_operation: float = Field(1e-9, ge=0)
 
 
 class SystemConfig(Strict):

@@ -118,14 +118,13 @@ def _check_upload(scenario) -> None:
     """privacy, compression and secure_aggregation fit the algorithm and the system model."""
     algo, privacy, secure = scenario.algorithm, scenario.privacy, scenario.secure_aggregation
     asynchronous = isinstance(algo, AsynchronousTraining)
-    if algo.aggregator is not None and asynchronous:
-        raise ScenarioFieldError("algorithm.aggregator", f"algorithm {algo.name!r} aggregates reports as they arrive, "
-                                 "and the robust rules need a round's reports at once; use a synchronous algorithm "
-                                 "(fedavg, fast, safari...) with an aggregator")
-    if algo.aggregator is not None and privacy is not None:
-        raise ScenarioFieldError("algorithm.aggregator", "DP-FedAvg noises the cohort's mean, and a robust rule "
-                                 "replaces that mean: together they are not implemented; bound each update with "
-                                 "privacy.clipping instead, or leave privacy out")
+    rule = algo.aggregator
+    if rule is not None and privacy is not None and (rule.kind != "norm_bound" or rule.bound is None):
+        raise ScenarioFieldError("algorithm.aggregator", "DP-FedAvg's noise is calibrated to a sum of clipped updates: "
+                                 "norm bounding with a fixed bound keeps it one (Sun et al.'s norm bound plus weak "
+                                 "DP), but a median, trimmed mean, Krum or an adaptive bound (set by the other "
+                                 "devices' updates) changes what one device can move; use {kind: norm_bound, "
+                                 "bound: M}, or leave privacy out")
     if privacy is not None:
         if asynchronous or not ALGORITHMS.get(algo.name).fact("client_dp"):
             raise ScenarioFieldError("privacy", f"algorithm {algo.name!r} does not release its cohort's mean through "

@@ -155,11 +155,15 @@ class ClientTraining(Strict):
         if self.sampling == "with_replacement" and self.selection.kind != "uniform":
             raise ValueError("sampling with_replacement only applies to selection kind uniform")
         assumed = getattr(self.aggregator, "f", None)
-        if assumed is not None and 2 * assumed >= self.clients_per_round:
-            raise ScenarioFieldError("aggregator.f", f"{assumed} attackers assumed in a cohort of "
-                                     f"{self.clients_per_round}: a robust rule needs f < half the cohort; lower f "
-                                     "or raise clients_per_round")
+        batch, field = self.robust_batch()
+        if assumed is not None and 2 * assumed >= batch:
+            raise ScenarioFieldError("aggregator.f", f"{assumed} attackers assumed among {batch} updates at once "
+                                     f"({field}): a robust rule needs f < half of them; lower f or raise {field}")
         return self
+
+    def robust_batch(self) -> tuple[int, str]:
+        """How many updates a robust aggregator sees at once, and the field that sets it."""
+        return self.clients_per_round, "clients_per_round"
 
 
 class ServerTraining(Strict):

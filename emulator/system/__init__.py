@@ -9,8 +9,9 @@ from emulator.system.simulated import SimulatedSystem
 def build_system(scenario, label_counts=None) -> SystemModel:
     """`label_counts` (devices x classes): the data each device holds, for behaviour tied to it."""
     if scenario.system.model == "ideal":
-        return IdealSystem(scenario.population.devices, scenario.system.round_duration_s,
-                           scenario.system.server.s_per_sample)
+        server = scenario.system.server
+        return IdealSystem(scenario.population.devices, scenario.system.round_duration_s, server.s_per_sample,
+                           server.s_per_operation)
     return SimulatedSystem(scenario, label_counts)
 
 

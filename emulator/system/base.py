@@ -66,10 +66,11 @@ class RoundOutcome:
 class SystemModel:
     """A simulated clock plus the population's behaviour, and the per-device participation ledger."""
 
-    def __init__(self, num_devices: int, server_s_per_sample: float = 0.0):
+    def __init__(self, num_devices: int, server_s_per_sample: float = 0.0, server_s_per_operation: float = 0.0):
         self.num_devices = num_devices
         self.now_s = 0.0
         self.server_s_per_sample = server_s_per_sample
+        self.server_s_per_operation = server_s_per_operation
         self.ledger = ParticipationLedger(num_devices)
 
     def client_round(self, request: CohortRequest) -> RoundOutcome:
@@ -82,9 +83,10 @@ class SystemModel:
         self.now_s += seconds
         return RoundOutcome(start, self.now_s, _EMPTY, _EMPTY, server_compute_s=seconds)
 
-    def charge_server(self, samples: int) -> float:
-        """Server-side work after a client round (FSL): advances the clock, returns the seconds charged."""
-        seconds = samples * self.server_s_per_sample
+    def charge_server(self, samples: int, operations: float = 0.0) -> float:
+        """Server-side work after a client round (FSL's training on its own data, a robust rule's element
+        operations): advances the clock, returns the seconds charged."""
+        seconds = samples * self.server_s_per_sample + operations * self.server_s_per_operation
         self.now_s += seconds
         return seconds
 

@@ -7,8 +7,9 @@ from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 
 
 class IdealSystem(SystemModel):
-    def __init__(self, num_devices: int, round_duration_s: float, server_s_per_sample: float = 0.0):
-        super().__init__(num_devices, server_s_per_sample)
+    def __init__(self, num_devices: int, round_duration_s: float, server_s_per_sample: float = 0.0,
+                 server_s_per_operation: float = 0.0):
+        super().__init__(num_devices, server_s_per_sample, server_s_per_operation)
         self.round_duration_s = round_duration_s
         self._everyone = np.arange(num_devices, dtype=np.int64)
 

@@ -43,7 +43,7 @@ class SimulatedSystem(SystemModel):
         """`label_counts` (devices x classes) is the data each device holds: behaviour tied to it
         (population.ties, .types) needs it; an untied world draws the same as without it."""
         population, config = scenario.population, scenario.system
-        super().__init__(population.devices, config.server.s_per_sample)
+        super().__init__(population.devices, config.server.s_per_sample, config.server.s_per_operation)
         self.config = config
         self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
         self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)

@@ -115,7 +115,8 @@ class AsyncStream:
                 next_poll = np.inf
             elif not now < next_poll < np.inf:  # slots free and no poll pending: look again later
                 next_poll = now + config.checkin_poll_s
-            upcoming = min(self._heap[0][0] if self._heap else np.inf, next_poll)
+            # a task that ended while the server was busy (aggregating) is taken when the clock resumes
+            upcoming = max(now, min(self._heap[0][0] if self._heap else np.inf, next_poll))
             area += len(self._heap) * (upcoming - now)
             now = upcoming
             arrived += self._finish_at(now, reports - arrived, segment)
@@ -126,7 +127,7 @@ class AsyncStream:
     def _finish_at(self, now: float, wanted: int, segment: Segment) -> int:
         """End the tasks due at `now` in task-id order, stopping at the `wanted`-th report."""
         got = 0
-        while self._heap and self._heap[0][0] == now and got < wanted:
+        while self._heap and self._heap[0][0] <= now and got < wanted:
             task = heapq.heappop(self._heap)[2]
             self._busy[task.device] = False
             segment.finished.append(task)
