@@ -137,3 +137,44 @@ def test_the_report_draws_the_attack_figure_only_for_runs_with_attackers(tmp_pat
     assert "(attacks.png)" in (tmp_path / "report" / "report.md").read_text()
     assert main(["report", str(honest), "--out", str(tmp_path / "plain")]) == 0
     assert not (tmp_path / "plain" / "attacks.png").exists()
+
+
+def test_best_first_gives_the_wanting_devices_the_lowest_keys_and_moves_nobody_else():
+    from emulator.system.ties import best_first
+
+    keys = np.array([5.0, 1.0, 4.0, 2.0, 3.0])
+    source = best_first(np.array([True, False, False, False, True]), keys)  # devices 0 and 4 want the best two
+    assert source.tolist() == [1, 0, 2, 4, 3]  # 0 takes 1's key, 4 takes 3's; 1 and 3 take theirs; 2 stays
+    assert sorted(keys[source].tolist()) == sorted(keys.tolist())  # the fleet's values, re-dealt
+
+
+def _attacker_world(behaves: str | None = None, correlation: float = 1.0):
+    from emulator.system import build_system
+
+    attacker = {"name": "attacker", "share": 0.1, "attack": {"kind": "sign_flip"}}
+    if behaves is not None:
+        attacker["behaves"] = behaves
+    raw = small_scenario(**{"system.model": "simulated", "population": {
+        "devices": 400, "correlation": correlation, "dropout_per_hour": 0.5,
+        "availability": [{"kind": "markov", "share": 0.7, "mean_on_s": 600, "mean_off_s": 1800},
+                         {"kind": "diurnal", "share": 0.2, "hours": 12}, {"kind": "always", "share": 0.1}],
+        "compute": {"tiers": [{"share": 0.6, "s_per_sample": 0.05}, {"share": 0.4, "s_per_sample": 0.01}]},
+        "network": {"kind": "lognormal", "down_mbps": 20, "up_mbps": 5, "sigma": 0.8},
+        "types": [{"name": "honest", "share": 0.9}, attacker]}})
+    scenario = validate_scenario(raw)
+    system = build_system(scenario)
+    return system, system.world.data_type == 1
+
+
+def test_attackers_by_default_behave_as_well_as_the_world_allows():
+    system, attacker = _attacker_world()
+    profiles = system.profiles
+    assert (system.availability.group[attacker] == 2).all()  # the always-online entry
+    assert (profiles.compute_tier[attacker] == 1).all()  # the fastest tier
+    assert (system.dropout_per_hour[attacker] == 0).all() and (system.dropout_per_hour[~attacker] == 0.5).all()
+    link = 8 / profiles.down_mbps + 8 / profiles.up_mbps + 2 * profiles.latency_s
+    assert link[attacker].max() <= np.sort(link)[attacker.sum() - 1] + 1e-6  # the fleet's fastest links
+    drawn, attacker_drawn = _attacker_world(behaves="drawn")
+    assert (drawn.availability.group[attacker_drawn] != 2).any() and (drawn.profiles.compute_tier[attacker_drawn] == 0).any()
+    loose, attacker_loose = _attacker_world(correlation=0.0)  # behaviour independent of type: not theirs alone
+    assert (loose.availability.group[attacker_loose] != 2).any()

@@ -96,6 +96,11 @@ class AvailabilitySettings(Strict):
     share: float = Field(1.0, gt=0, le=1)
     name: Optional[str] = None
 
+    def long_run_online_share(self) -> float | None:
+        """The share of time a device of this entry is online in the long run (None: not known from the
+        config alone, e.g. a trace); it ranks the entries for a type that behaves at its best."""
+        return None
+
 
 Availability = Plugged(AVAILABILITY, AvailabilitySettings)
 
@@ -216,6 +221,10 @@ class UserType(Strict):
     dropout_per_hour: Optional[float] = Field(None, ge=0)
     online_share: Optional[float] = Field(None, gt=0, le=1)  # for markov availability
     attack: Optional[Attack] = None  # the type's devices are attackers (emulator/training/attacks.py)
+    # What a behaviour left out becomes: drawn as for everyone, or the best the world offers (the availability
+    # entry online longest, the fastest compute and network, no dropout). None: best for attackers, who
+    # control their own phones, drawn for everyone else.
+    behaves: Optional[Literal["best", "drawn"]] = None
 
     @model_validator(mode="after")
     def _labels(self):
@@ -227,6 +236,10 @@ class UserType(Strict):
 
     def behaviour(self, name: str):
         return getattr(self, name)
+
+    def at_best(self) -> bool:
+        """Whether the behaviours this type leaves out are the world's best (see `behaves`)."""
+        return self.behaves == "best" or self.behaves is None and self.attack is not None
 
 
 TYPE_BEHAVIOURS = ("availability", "timezone", "compute", "network", "dropout_per_hour", "online_share")

@@ -27,6 +27,9 @@ class AlwaysAvailable(AvailabilitySettings):
     share: float = Field(1.0, gt=0, le=1)
     name: Optional[str] = None
 
+    def long_run_online_share(self) -> float:
+        return 1.0
+
 
 class NeverAvailable(AvailabilitySettings):
     """Devices that never take part (they never check in)."""
@@ -34,6 +37,9 @@ class NeverAvailable(AvailabilitySettings):
     kind: Literal["never"] = "never"
     share: float = Field(gt=0, le=1)
     name: Optional[str] = None
+
+    def long_run_online_share(self) -> float:
+        return 0.0
 
 
 class MarkovAvailability(AvailabilitySettings):
@@ -44,6 +50,9 @@ class MarkovAvailability(AvailabilitySettings):
     name: Optional[str] = None
     mean_on_s: float = Field(gt=0)
     mean_off_s: float = Field(gt=0)
+
+    def long_run_online_share(self) -> float:
+        return self.mean_on_s / (self.mean_on_s + self.mean_off_s)
 
 
 class TimeZones(Strict):
@@ -76,6 +85,9 @@ class DiurnalAvailability(AvailabilitySettings):
     start_spread_h: float = Field(0.0, ge=0, le=24)
     jitter_h: float = Field(0.0, ge=0)
     timezones: TimeZones = TimeZones()
+
+    def long_run_online_share(self) -> float:
+        return self.hours / 24.0
 
 
 class TraceAvailability(AvailabilitySettings):

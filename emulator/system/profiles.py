@@ -47,7 +47,8 @@ class DeviceProfiles:
         """A rank tie re-deals the drawn columns (and the tier, and any coupled columns) among the devices; a
         group tie sets chosen devices' tier and the tier's values."""
         everyone, columns = np.arange(len(self)), self.COLUMNS[kind]
-        source = world.order(kind, everyone, getattr(self, columns[0]))
+        cost = 8.0 / self.down_mbps + 8.0 / self.up_mbps + 2.0 * self.latency_s if kind == "network" else None
+        source = world.order(kind, everyone, getattr(self, columns[0]), cost)  # cost: lower is better
         if source is not None:
             for column in (*columns, f"{kind}_tier", *coupled):
                 if getattr(self, column) is not None:

@@ -10,6 +10,11 @@ changes:
 - `values(behaviour, members)`: a group or scale tie, or the latent types, give each member its value
   (NaN / -1: keep what it drew).
 
+A type that behaves at its best (`behaves: best`, an attacker's default) gets, for each behaviour it leaves
+out, the best the world offers (`best_value`): the availability entry online longest, the fastest compute or
+network tier, no dropout; with a compute or network drawn from a distribution or a trace, its devices take
+the fastest values the fleet drew (`best_first`), so the fleet's make-up stays as drawn.
+
 population.correlation c loosens every tie alike: the tie is applied in full, then a seeded share 1 - c of
 the devices swap what they got at random among themselves. The data never changes and the fleet's make-up
 (how many devices are slow, in each time zone, ...) does not change with c; only who gets what does. At
@@ -59,6 +64,44 @@ def rank_source(statistic: np.ndarray, keys: np.ndarray, direction: str,
     source = np.empty(n, dtype=np.int64)
     source[devices] = values
     return source
+
+
+def best_first(wants: np.ndarray, keys: np.ndarray) -> np.ndarray:
+    """source[j] = the position whose value device j gets, so that the devices in `wants` hold the values of
+    the lowest keys: each wanting device outside them swaps with an unwanting device inside (pairs in device
+    and key order); everyone else keeps its own value."""
+    wants = np.asarray(wants, bool)
+    source = np.arange(len(keys))
+    best = np.argsort(keys, kind="stable")[:int(wants.sum())]
+    among = np.zeros(len(keys), bool)
+    among[best] = True
+    takers, freed = np.flatnonzero(wants & ~among), best[~wants[best]]
+    source[takers], source[freed] = freed, takers
+    return source
+
+
+def _link_s(tier) -> float:
+    """A network tier's seconds to move a megabyte down and up, with its latency both ways (lower: better)."""
+    return 8.0 / tier.down_mbps + 8.0 / tier.up_mbps + 2.0 * tier.latency_s
+
+
+def best_value(population, behaviour: str):
+    """The best value population's entries offer for `behaviour`, as a type would give it (an index, a
+    rate); None where the world offers no choice between entries (one availability entry, availability
+    whose online share is unknown, compute or network that is not tiers, no dropout to spare)."""
+    if behaviour == "availability":
+        shares = [e.long_run_online_share() for e in population.availability]
+        known = [i for i, share in enumerate(shares) if share is not None]
+        return max(known, key=lambda i: shares[i]) if len(population.availability) > 1 and known else None
+    if behaviour in ("compute", "network"):
+        section = getattr(population, behaviour)
+        if section.kind != "tiers":
+            return None
+        cost = [t.s_per_sample for t in section.tiers] if behaviour == "compute" else [_link_s(t) for t in section.tiers]
+        return int(np.argmin(cost))
+    if behaviour == "dropout_per_hour":
+        return 0.0 if population.dropout_per_hour > 0 else None
+    return None  # a time zone or an online share is no better than another
 
 
 def scaled(statistic: np.ndarray, low: float, high: float, shape: str = "linear", exponent: float = 1.0,
@@ -154,15 +197,33 @@ class World:
         return group
 
     # ------------------------------------------------------------------------------- questions
-    def tied(self, behaviour: str) -> bool:
-        return behaviour in self.ties or bool(self.types) and any(
-            t.behaviour(behaviour) is not None for t in self.types)
-
-    def order(self, behaviour: str, members: np.ndarray, keys: np.ndarray) -> np.ndarray | None:
-        """For a rank tie on `behaviour`: source positions (into `members`) of the values each member gets,
-        loosened by the correlation; None when `behaviour` has no rank tie."""
-        if behaviour not in self.ties:
+    def _type_table(self, behaviour: str) -> list | None:
+        """Each type's value of `behaviour`: as written, or the world's best for a type at its best that
+        leaves it out (unless a tie in population.ties sets it); None when no type sets it."""
+        if not self.types:
             return None
+        best = None if behaviour in self.ties else best_value(self.population, behaviour)
+        table = [t.behaviour(behaviour) if t.behaviour(behaviour) is not None or not t.at_best() else best
+                 for t in self.types]
+        return table if any(v is not None for v in table) else None
+
+    def _at_best(self, behaviour: str, members: np.ndarray) -> np.ndarray | None:
+        """Which members take the fleet's fastest drawn `behaviour` (compute or network not in tiers): those
+        whose type is at its best and leaves it out; None when nobody does."""
+        if not self.types or behaviour not in ("compute", "network") or behaviour in self.ties \
+                or getattr(self.population, behaviour).kind == "tiers":
+            return None
+        wanting = np.array([t.at_best() and t.behaviour(behaviour) is None for t in self.types])
+        return wanting[self.behaviour_type[members]] if wanting.any() else None  # loosened with the types
+
+    def order(self, behaviour: str, members: np.ndarray, keys: np.ndarray,
+              cost: np.ndarray | None = None) -> np.ndarray | None:
+        """For a rank tie on `behaviour`: source positions (into `members`) of the values each member gets,
+        loosened by the correlation; for types at their best, the values of lowest `cost` (default: keys) to
+        their devices; None when neither applies."""
+        if behaviour not in self.ties:
+            wants = self._at_best(behaviour, members)
+            return None if wants is None else best_first(wants, keys if cost is None else cost)
         i, tie = self.ties[behaviour]
         if tie.values is not None or tie.scale is not None:
             return None
@@ -179,8 +240,8 @@ class World:
     def values(self, behaviour: str, members: np.ndarray, resolve=None):
         """For a group or scale tie, or the types: each member's value (resolved by `resolve`, e.g. a tier
         name to its index), loosened by the correlation; None when nothing sets `behaviour`."""
-        if self.types and any(t.behaviour(behaviour) is not None for t in self.types):
-            table = [t.behaviour(behaviour) for t in self.types]
+        table = self._type_table(behaviour)
+        if table is not None:
             return _lookup(table, self.behaviour_type[members], resolve)  # loosened with the types
         if behaviour not in self.ties:
             return None
