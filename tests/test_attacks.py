@@ -40,7 +40,36 @@ def test_update_attacks_follow_their_definitions():
     assert np.sqrt(np.mean(noise.astype(np.float64) ** 2)) == pytest.approx(2.0 * 0.5, rel=0.02)  # matched scale
     alone = [Attack(GaussianUpdate(), 10).craft(big, device, 9) for device in (1, 2)]
     together = [Attack(GaussianUpdate(collude=True), 10).craft(big, device, 9) for device in (1, 2)]
-    assert not np.array_equal(*alone) and np.array_equal(*together)  # colluders send the round's one draw
+    assert not np.array_equal(*alone) and np.array_equal(*together)  # colluders draw the round's one noise
+
+
+def test_colluding_attackers_of_a_type_send_the_mean_of_their_updates():
+    from emulator.algorithms.base import ClientUpdate
+    from emulator.runtime.adversaries import Adversaries
+
+    types = np.array([0, 1, 1, 0, 2, 1])  # type 1 colludes, type 2 attacks alone
+    adversaries = Adversaries([None, Attack(SignFlip(collude=True), 10), Attack(SignFlip(), 10)], types)
+    deltas = {0: [1.0, 1.0], 1: [2.0, 0.0], 2: [4.0, 2.0], 4: [9.0, 9.0], 5: [0.0, 4.0]}
+    updates = [ClientUpdate(d, 10, np.array(v, np.float32), None) for d, v in deltas.items()]
+    sent = adversaries.colluded(updates)
+    assert [u.device for u in sent] == [0, 1, 2, 4, 5]  # the order kept
+    assert [u.delta.tolist() for u in sent] == [[1.0, 1.0], [2.0, 2.0], [2.0, 2.0], [9.0, 9.0], [2.0, 2.0]]
+    assert updates[1].delta.tolist() == [2.0, 0.0]  # the originals untouched
+
+
+def test_colluding_attackers_fool_krum_where_attackers_alone_do_not(tmp_path):
+    """Krum keeps the update closest to its neighbours; colluders sending one update are each other's
+    nearest (Blanchard et al.'s f-resilience assumes they are not), so Krum picks theirs."""
+    accepted = {}
+    for collude in (False, True):
+        raw = small_scenario(rounds=8)
+        raw["population"]["types"] = [{"name": "honest", "share": 0.7}, {
+            "name": "attacker", "share": 0.3, "attack": {"kind": "scaling", "boost": 3.0, "collude": collude}}]
+        raw["algorithm"]["aggregator"] = {"kind": "krum", "f": 2}
+        rows = _rows(run_scenario(validate_scenario(raw), tmp_path / str(collude)).path)
+        assert sum(int(r["attackers_reported"]) for r in rows) > 8  # attackers in most rounds
+        accepted[collude] = sum(int(r["attackers_accepted"]) for r in rows)
+    assert accepted[False] <= 1 and accepted[True] >= 4, accepted
 
 
 def test_a_backdoor_triggers_its_share_of_samples_and_labels_them_with_the_target():

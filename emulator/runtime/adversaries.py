@@ -4,11 +4,15 @@ adversaries (population.types[].attack).
 The attackers are the devices of a type with an attack: the same deal of types that gives the devices their
 data and (at population.correlation 1) their behaviour, so an attacker type that is always online and fast
 is as often selected, and as rarely late, as the world allows. Per round the server records how many of the
-reports it used came from attackers, against their share of the population.
+reports it used came from attackers, against their share of the population. Colluding attackers (an
+attack's `collude`) agree on one update per round: the server, which alone sees every report, replaces
+theirs by their mean before the uplink encodes them, as an out-of-band channel between them would.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from dataclasses import replace
 
 from emulator.errors import ScenarioError, build_part
 from emulator.registry import ATTACKS
@@ -45,6 +49,25 @@ class Adversaries:
 
     def attack_of(self, device: int) -> Attack | None:
         return self.attacks[self.device_type[device]]
+
+    @property
+    def collude(self) -> bool:
+        return any(a is not None and a.config.collude for a in self.attacks)
+
+    def colluded(self, updates: list) -> list:
+        """The round's updates with each colluding type's reports replaced by their mean (in float64, then
+        float32 as sent); every other update as it came, in the same order."""
+        updates = list(updates)
+        for kind, attack in enumerate(self.attacks):
+            if attack is None or not attack.config.collude:
+                continue
+            members = [i for i, u in enumerate(updates) if self.device_type[u.device] == kind]
+            if len(members) < 2:
+                continue
+            shared = np.mean([updates[i].delta.astype(np.float64) for i in members], axis=0).astype(np.float32)
+            for i in members:
+                updates[i] = replace(updates[i], delta=shared.copy())
+        return updates
 
     def columns(self, devices: np.ndarray, acceptance: tuple[np.ndarray, np.ndarray] | None) -> dict:
         """The round's attacker columns: reports from attackers, those the aggregate took as they were

@@ -185,16 +185,19 @@ class FederatedServer:
         runtime = self.scenario.runtime
         groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes)
 
-        def streamed():
+        def trained():
             if not groups:
                 return
             params_ref = self.pool.put(self.params)
             for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
                     self.context_box, params_ref, group, runtime.vectorise)):
-                for update in group:
-                    update = self.upload.encode(update, r, (r, update.device))
-                    updates.append(update)
-                    yield update
+                yield from group
+
+        def streamed():  # colluders agree on one update: the round's updates are all in before they send it
+            for update in hostile.colluded(trained()) if hostile is not None and hostile.collude else trained():
+                update = self.upload.encode(update, r, (r, update.device))
+                updates.append(update)
+                yield update
 
         self.params = algorithm.aggregate(self.params, streamed(), r)
         self._record_acceptance(devices)
@@ -216,8 +219,11 @@ class FederatedServer:
         segment = stream.advance(plan.cohort, self.version)
         self._versions[self.version] = self.params  # what this segment's dispatches downloaded
         self._submit([task for task in segment.dispatched if task.outcome == "report"])
-        arrivals = [Arrival(self._result(task), self.version - task.version, self._versions[task.version])
-                    for task in segment.reports]
+        results = [self._result(task) for task in segment.reports]
+        if self.adversaries is not None and self.adversaries.collude:  # colluders in one buffer send one update
+            results = self.adversaries.colluded(results)
+        arrivals = [Arrival(self.upload.encode(update, self.round, ("task", task.task_id)), self.version - task.version,
+                            self._versions[task.version]) for update, task in zip(results, segment.reports)]
         server_s = 0.0
         if arrivals:
             self.params = self.algorithm.apply(self.params, arrivals, r)
@@ -296,11 +302,12 @@ class FederatedServer:
                     self._pending[task.task_id] = (ref, index)
 
     def _result(self, task) -> ClientUpdate:
-        """A reporting task's update (trained now if it was in flight at a checkpoint this run resumed from)."""
+        """A reporting task's update as trained, before the uplink (trained now if it was in flight at a
+        checkpoint this run resumed from)."""
         if task.task_id not in self._pending:
             self._submit([task])
         ref, index = self._pending.pop(task.task_id)
-        return self.upload.encode(inline.get(ref)[index], self.round, ("task", task.task_id))
+        return inline.get(ref)[index]
 
     def _row(self, r: int, plan, outcome, devices, counts, stats) -> dict:
         trained = [s for s in stats if s.steps > 0]

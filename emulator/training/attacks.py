@@ -9,12 +9,16 @@ a runner applies it around the device's real local training, seeded by the job, 
 - random_labels: every label drawn uniformly at random;
 - sign_flip: the update sent is -scale times the honest one;
 - gaussian: the update sent is Gaussian noise with the honest update's scale (its root mean square per
-  entry) times `scale`; colluding attackers send the same draw in a round;
+  entry) times `scale`; colluding attackers draw the same noise in a round;
 - scaling: the honest update times `boost` (model replacement, Bagdasaryan et al., AISTATS 2020, boost
   about n / eta: the cohort size over the server rate);
 - backdoor: a share of the device's samples get a trigger (a bright square in an image's corner, or the
   last features of a vector set high) and the target label; the update may be boosted as in scaling. Its
   success is the share of triggered test samples of other classes classified as the target.
+
+Any attack may `collude`: the type's attackers that report in one round (or one FedBuff buffer) send one
+update, the mean of those they crafted: one direction, pushed by all of them (the server-side step is in
+emulator/runtime/adversaries.py, since no device sees another's update).
 """
 from __future__ import annotations
 
@@ -52,7 +56,6 @@ class GaussianUpdate(AttackSettings):
 
     kind: Literal["gaussian"] = "gaussian"
     scale: float = Field(1.0, gt=0)
-    collude: bool = False  # the same draw from every attacker in a round
 
 
 class Scaling(AttackSettings):
