@@ -164,7 +164,8 @@ class FedAvg(Algorithm):
         the round's: FedAsync takes a step per report)."""
         accepted = np.asarray(result.accepted, bool)
         if self.acceptance is not None:
-            devices, accepted = np.concatenate([self.acceptance[0], devices]), np.concatenate([self.acceptance[1], accepted])
+            devices = np.concatenate([self.acceptance[0], devices])
+            accepted = np.concatenate([self.acceptance[1], accepted])
         self.acceptance = (devices, accepted)
         self.operations += extra_operations(result, *shape)
 

@@ -86,7 +86,8 @@ ADDED_FIELDS.update({"local_test": None, "devices": None})  # data.local_test, e
 ADDED_FIELDS.update({"aggregator": None, "attack": None})  # algorithm.aggregator, population.types[].attack
 # system.server.s_per_operation prices only a robust aggregator's work, which no older run had: its default
 ADDED_FIELDS.update({"s_per_operation": 1e-9})
-ADDED_FIELDS.update({"behaves": None, "collude": False})  # population.types[].behaves (None: best for attackers, drawn otherwise), .attack.collude
+# population.types[].behaves (None: best for attackers, drawn otherwise) and .attack.collude
+ADDED_FIELDS.update({"behaves": None, "collude": False})
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

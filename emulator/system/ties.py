@@ -97,7 +97,7 @@ def best_value(population, behaviour: str):
         section = getattr(population, behaviour)
         if section.kind != "tiers":
             return None
-        cost = [t.s_per_sample for t in section.tiers] if behaviour == "compute" else [_link_s(t) for t in section.tiers]
+        cost = [t.s_per_sample if behaviour == "compute" else _link_s(t) for t in section.tiers]
         return int(np.argmin(cost))
     if behaviour == "dropout_per_hour":
         return 0.0 if population.dropout_per_hour > 0 else None
