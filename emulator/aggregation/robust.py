@@ -15,9 +15,12 @@ Median, trimmed mean and Krum are unweighted, as their papers define them; norm 
 host's weights.
 
 Each rule also counts its work in element operations (`operations`), so the server's time for it can be
-charged on the simulated clock (system.server.s_per_operation): a per-coordinate sort or selection of n
-values costs n log2 n per coordinate, Krum's pairwise distances n^2 per coordinate, norm bounding three
-passes. The weighted mean every host already runs (n per coordinate) is the baseline, not charged.
+charged on the simulated clock (system.server.s_per_operation, 1 ns): for n updates of d values, a sort
+down each coordinate (median, trimmed mean) n d log2 n; Krum n d (2 + n / 16) (its pairwise distances are
+one matrix product, which BLAS runs about 16 times faster per multiply-add than numpy's element passes);
+norm bounding 1.5 n d. The weighted mean every host already runs (n d) is the baseline, not charged.
+benchmarks/robust.py measures the rules against these counts: at 1 ns they price one core of the
+reference machine within a factor of 2 for 10 to 100 updates of 0.2 to 1 M values.
 """
 from __future__ import annotations
 
@@ -54,7 +57,10 @@ def coordinate_median(updates: np.ndarray) -> RobustResult:
     """The per-coordinate median (an even count: the mean of the two middle values). Every update counts
     as accepted: none is dropped whole."""
     rows = np.asarray(updates, np.float64)
-    return RobustResult(np.median(rows, axis=0), np.ones(len(rows), bool), operations=_sorting(*rows.shape))
+    ordered = np.sort(rows, axis=0)  # a sort down the columns: 4x quicker than np.median's selection along them
+    n = len(rows)
+    median = ordered[n // 2] if n % 2 else (ordered[n // 2 - 1] + ordered[n // 2]) / 2
+    return RobustResult(median, np.ones(n, bool), operations=_sorting(*rows.shape))
 
 
 def trimmed_mean(updates: np.ndarray, beta: float) -> RobustResult:
@@ -72,7 +78,7 @@ def krum_scores(updates: np.ndarray, f: int) -> np.ndarray:
     (at least 1, where a round has fewer updates than Krum needs)."""
     rows = np.asarray(updates, np.float64)
     n = len(rows)
-    squares = (rows ** 2).sum(axis=1)
+    squares = np.einsum("ij,ij->i", rows, rows)
     distances = np.maximum(squares[:, None] + squares[None, :] - 2 * rows @ rows.T, 0.0)
     np.fill_diagonal(distances, np.inf)
     nearest = max(1, n - f - 2)
@@ -92,7 +98,7 @@ def multi_krum(updates: np.ndarray, f: int, m: int = 1) -> RobustResult:
     accepted = np.zeros(n, bool)
     accepted[chosen] = True
     note = "" if n >= 2 * f + 3 else f"krum: {n} updates, fewer than 2f + 3 = {2 * f + 3}: no guarantee"
-    return RobustResult(rows[chosen].mean(axis=0), accepted, note, float(n * n * d + n * n * np.log2(n)))
+    return RobustResult(rows[chosen].mean(axis=0), accepted, note, float(n * d * (2 + n / 16)))
 
 
 def norm_bound(updates: np.ndarray, weights: np.ndarray, bound: float | None = None,
@@ -101,12 +107,12 @@ def norm_bound(updates: np.ndarray, weights: np.ndarray, bound: float | None = N
     update norm times `factor`. Accepted: the updates left unscaled."""
     rows = np.asarray(updates, np.float64)
     weights = np.asarray(weights, np.float64)
-    norms = np.linalg.norm(rows, axis=1)
+    norms = np.sqrt(np.einsum("ij,ij->i", rows, rows))
     limit = float(bound) if bound is not None else float(np.median(norms)) * factor
     scale = np.where(norms > limit, limit / np.maximum(norms, 1e-300), 1.0)
     total = weights.sum()
-    aggregate = (rows * (scale * weights)[:, None]).sum(axis=0) / total if total > 0 else np.zeros(rows.shape[1])
-    return RobustResult(aggregate, scale >= 1.0, operations=float(3 * rows.size))
+    aggregate = ((scale * weights) @ rows) / total if total > 0 else np.zeros(rows.shape[1])
+    return RobustResult(aggregate, scale >= 1.0, operations=1.5 * rows.size)
 
 
 # ------------------------------------------------------------------------------------ the rules' configs
