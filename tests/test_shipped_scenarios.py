@@ -36,23 +36,34 @@ ROOT = Path(__file__).resolve().parents[1]
 SCENARIOS = sorted((ROOT / "scenarios").rglob("*.yaml"))
 
 # Image scenarios are evaluated on this many test images instead of the full test set (10,000 to 18,800):
-# on 2 cores the CNNs' final evaluation otherwise costs more than their two rounds of training. It is the
-# only setting changed besides `rounds`; population, data split, model and algorithm stay as shipped.
+# on 2 cores the CNNs' final evaluation otherwise costs more than their two rounds of training.
 TEST_SAMPLES = 2000
 
-# Scenarios that take more than 15 s for 2 rounds on the 2-core reference machine (with other work on it):
-# each about 15-55 s, together about 5 of the set's 6.5 minutes. They run in `make test` (every shipped
-# scenario must run in the test suite); `-m "not slow"` leaves them out while iterating.
+# Where two rounds of a scenario are mostly its devices' (or server's) local training, 25-50 s of a CNN's
+# steps on 2 cores, the test trains fewer steps: every code path the scenario takes is the same (its
+# algorithm, model, data, world, snapshot and server rounds), a round's work smaller. With TEST_SAMPLES
+# these are the only settings changed besides `rounds`; population, data split and model stay as shipped.
+LIGHTER = {
+    "cluster/population_100k.yaml": ["algorithm.clients_per_round=100"],  # 10^5 devices still split and simulated
+    "papers/fast_fmnist.yaml": ["algorithm.local_steps=2"],
+    "papers/fast_fmnist_adaptive.yaml": ["algorithm.local_steps=2"],
+    "papers/fedavg_fmnist_acp.yaml": ["algorithm.local_steps=2"],
+    "papers/fast_cifar10.yaml": ["algorithm.local_steps=2"],
+    "papers/safari_cifar10.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=2"],
+    "papers/fsl_cifar10_scenario1.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4",
+                                          "algorithm.server_epochs=1"],
+    "papers/fsl_emnist_scenario1.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4",
+                                         "algorithm.server_epochs=1"],
+    "papers/fsl_emnist_scenario2.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4"],
+    "papers/fast_shakespeare.yaml": ["algorithm.local_steps=2"],
+}
+
+# Scenarios that take more than 15 s for 2 rounds on the 2-core reference machine (with other work on it),
+# LIGHTER's settings included. They run in `make test` (every shipped scenario must run in the test suite);
+# `-m "not slow"` leaves them out while iterating.
 SLOW = {
-    "cluster/population_100k.yaml",        # 10^5 devices: ~25 s to generate and split the data, 1000 a round
+    "cluster/population_100k.yaml",        # 10^5 devices: ~10 s to generate and split the data
     "fmnist_fedavg.yaml",
-    "papers/fast_fmnist.yaml",             # cnn_fmnist, 10 devices x 10 steps of batch 128 a round
-    "papers/fast_fmnist_adaptive.yaml",
-    "papers/fedavg_fmnist_acp.yaml",
-    "papers/fsl_cifar10_scenario1.yaml",   # cnn_cifar, 4 devices x an epoch of ~4950 images, 10 server epochs
-    "papers/fsl_emnist_scenario1.yaml",
-    "papers/safari_cifar10.yaml",          # cnn_cifar, 5 devices x an epoch of 4500 images a round
-    "papers/fast_shakespeare.yaml",        # char_lstm (820k parameters), 14 devices x 10 steps of 80 characters
 }
 
 # Real file names, sample counts and classes of the datasets that are faked (see emulator/data/vision.py):
@@ -192,6 +203,7 @@ def test_every_listed_scenario_exists():
     assert SCENARIOS, "no scenarios shipped"
     assert SLOW <= names, sorted(SLOW - names)
     assert ON_RAY <= names and not ON_RAY & SLOW, sorted(ON_RAY - names)
+    assert set(LIGHTER) <= names, sorted(set(LIGHTER) - names)
 
 
 @pytest.mark.parametrize(("path", "backend"), _params())
@@ -209,6 +221,7 @@ def test_shipped_scenario_runs_two_rounds(path, backend, tmp_path, request):
         overrides.append(f"data.root={request.getfixturevalue('fake_data')(data.dataset, split)}")
     if data.dataset != "synthetic" and (data.test_samples is None or data.test_samples > TEST_SAMPLES):
         overrides.append(f"data.test_samples={TEST_SAMPLES}")
+    overrides += LIGHTER.get(_name(path), [])
     scenario = load_scenario(path, overrides)
 
     started = time.perf_counter()
