@@ -10,9 +10,9 @@ theirs by their mean before the uplink encodes them, as an out-of-band channel b
 """
 from __future__ import annotations
 
-import numpy as np
-
 from dataclasses import replace
+
+import numpy as np
 
 from emulator.errors import ScenarioError, build_part
 from emulator.registry import ATTACKS
@@ -54,9 +54,12 @@ class Adversaries:
     def collude(self) -> bool:
         return any(a is not None and a.config.collude for a in self.attacks)
 
-    def colluded(self, updates: list) -> list:
+    def colluded(self, updates):
         """The round's updates with each colluding type's reports replaced by their mean (in float64, then
-        float32 as sent); every other update as it came, in the same order."""
+        float32 as sent); every other update as it came, in the same order. Without colluders, `updates`
+        itself (a stream stays a stream: only collusion needs the round's updates all in)."""
+        if not self.collude:
+            return updates
         updates = list(updates)
         for kind, attack in enumerate(self.attacks):
             if attack is None or not attack.config.collude:

@@ -194,7 +194,7 @@ class FederatedServer:
                 yield from group
 
         def streamed():  # colluders agree on one update: the round's updates are all in before they send it
-            for update in hostile.colluded(trained()) if hostile is not None and hostile.collude else trained():
+            for update in trained() if hostile is None else hostile.colluded(trained()):
                 update = self.upload.encode(update, r, (r, update.device))
                 updates.append(update)
                 yield update
@@ -220,7 +220,7 @@ class FederatedServer:
         self._versions[self.version] = self.params  # what this segment's dispatches downloaded
         self._submit([task for task in segment.dispatched if task.outcome == "report"])
         results = [self._result(task) for task in segment.reports]
-        if self.adversaries is not None and self.adversaries.collude:  # colluders in one buffer send one update
+        if self.adversaries is not None:  # colluders in one buffer send one update
             results = self.adversaries.colluded(results)
         arrivals = [Arrival(self.upload.encode(update, self.round, ("task", task.task_id)), self.version - task.version,
                             self._versions[task.version]) for update, task in zip(results, segment.reports)]
@@ -228,8 +228,9 @@ class FederatedServer:
         if arrivals:
             self.params = self.algorithm.apply(self.params, arrivals, r)
             self.version += 1
-            if self.algorithm.server_operations():  # a robust rule's time: reports due meanwhile wait for it
-                server_s = self.system.charge_server(0, self.algorithm.server_operations())
+            operations = self.algorithm.server_operations()
+            if operations:  # a robust rule's time: reports due meanwhile wait for it
+                server_s = self.system.charge_server(0, operations)
         needed = {task.version for task in stream.in_flight() if task.outcome == "report"} | {self.version}
         self._versions = {v: p for v, p in self._versions.items() if v in needed}
         self._version_refs = {v: ref for v, ref in self._version_refs.items() if v in needed}

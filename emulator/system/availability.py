@@ -182,7 +182,7 @@ class Markov(AvailabilityModel):
         n = len(members)
         self.mean_on, self.mean_off = config.mean_on_s, config.mean_off_s
         if online_share is not None:  # tied to data: each member's own share, on periods kept as configured
-            share = np.where(np.isnan(online_share), self.mean_on / (self.mean_on + self.mean_off), online_share)
+            share = np.where(np.isnan(online_share), config.long_run_online_share(), online_share)
             self.mean_on = np.full(n, float(config.mean_on_s))
             self.mean_off = self.mean_on * (1.0 - share) / share
         self.rng = rng

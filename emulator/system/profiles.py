@@ -10,7 +10,7 @@ import numpy as np
 
 from emulator.scenario import ScenarioError
 from emulator.seeding import assign_by_share
-from emulator.system.ties import KEEP, entry_index
+from emulator.system.ties import KEEP, entry_index, link_seconds
 from emulator.system.traces import assign_rows, read_capacity
 
 
@@ -47,7 +47,7 @@ class DeviceProfiles:
         """A rank tie re-deals the drawn columns (and the tier, and any coupled columns) among the devices; a
         group tie sets chosen devices' tier and the tier's values."""
         everyone, columns = np.arange(len(self)), self.COLUMNS[kind]
-        cost = 8.0 / self.down_mbps + 8.0 / self.up_mbps + 2.0 * self.latency_s if kind == "network" else None
+        cost = (lambda: link_seconds(self.down_mbps, self.up_mbps, self.latency_s)) if kind == "network" else None
         source = world.order(kind, everyone, getattr(self, columns[0]), cost)  # cost: lower is better
         if source is not None:
             for column in (*columns, f"{kind}_tier", *coupled):

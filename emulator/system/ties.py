@@ -80,9 +80,10 @@ def best_first(wants: np.ndarray, keys: np.ndarray) -> np.ndarray:
     return source
 
 
-def _link_s(tier) -> float:
-    """A network tier's seconds to move a megabyte down and up, with its latency both ways (lower: better)."""
-    return 8.0 / tier.down_mbps + 8.0 / tier.up_mbps + 2.0 * tier.latency_s
+def link_seconds(down_mbps, up_mbps, latency_s):
+    """Seconds to move a megabyte down and up, with the latency both ways: how a link ranks among others
+    (lower: better), for a tier's numbers or a drawn column of them."""
+    return 8.0 / down_mbps + 8.0 / up_mbps + 2.0 * latency_s
 
 
 def best_value(population, behaviour: str):
@@ -97,7 +98,8 @@ def best_value(population, behaviour: str):
         section = getattr(population, behaviour)
         if section.kind != "tiers":
             return None
-        cost = [t.s_per_sample if behaviour == "compute" else _link_s(t) for t in section.tiers]
+        cost = [t.s_per_sample if behaviour == "compute" else link_seconds(t.down_mbps, t.up_mbps, t.latency_s)
+                for t in section.tiers]
         return int(np.argmin(cost))
     if behaviour == "dropout_per_hour":
         return 0.0 if population.dropout_per_hour > 0 else None
@@ -217,13 +219,13 @@ class World:
         return wanting[self.behaviour_type[members]] if wanting.any() else None  # loosened with the types
 
     def order(self, behaviour: str, members: np.ndarray, keys: np.ndarray,
-              cost: np.ndarray | None = None) -> np.ndarray | None:
+              cost=None) -> np.ndarray | None:
         """For a rank tie on `behaviour`: source positions (into `members`) of the values each member gets,
-        loosened by the correlation; for types at their best, the values of lowest `cost` (default: keys) to
-        their devices; None when neither applies."""
+        loosened by the correlation; for types at their best, the values of lowest `cost()` (a callable, made
+        only when needed; default: keys) to their devices; None when neither applies."""
         if behaviour not in self.ties:
             wants = self._at_best(behaviour, members)
-            return None if wants is None else best_first(wants, keys if cost is None else cost)
+            return None if wants is None else best_first(wants, keys if cost is None else cost())
         i, tie = self.ties[behaviour]
         if tie.values is not None or tie.scale is not None:
             return None
