@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 import ray
+from threadpoolctl import threadpool_limits
 
 from emulator.data import build_federation
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
@@ -396,8 +397,11 @@ class _Data:
         check_world(self.scenario, federation)  # ties the data cannot satisfy
 
     def _build_quietly(self) -> None:
+        # BLAS on one thread here: Ray's start forks processes meanwhile, and OpenBLAS's fork handler stops its
+        # worker threads, so a threaded product in flight (the synthetic labels) would wait for them forever
         try:
-            self.federation = self._build()
+            with threadpool_limits(1, user_api="blas"):
+                self.federation = self._build()
         except BaseException as exc:  # handed to the main thread by result()
             self.error = exc
 

@@ -97,3 +97,27 @@ def test_simulated_run_writes_participation_and_events_that_agree_with_metrics(r
     counts = events.groupby("event").size()
     assert counts["selected"] == metrics.selected.sum() and counts["dropped"] == metrics.dropped.sum()
     assert set(events["round"]) == set(metrics["round"])
+
+
+def test_the_data_built_while_ray_starts_survives_its_process_forks():
+    """The driver builds the federation in a thread while ray.init forks Ray's processes (with their
+    pthread_atfork handlers). OpenBLAS's handler stops its worker threads, so a threaded matrix product in
+    flight in the data thread (the synthetic labels, devices of thousands of samples) waited for them forever:
+    a quickstart hung so. Forks as Ray's (a preexec_fn makes Python fork rather than vfork), until the build
+    ends: before the fix, the first build here hung."""
+    import subprocess
+    import time
+
+    from emulator.driver import _Data
+    from emulator.runtime.startup import StartupProfile
+
+    scenario = validate_scenario(small_scenario(**{
+        "population.devices": 200, "data.synthetic": {"iid": True, "min_samples": 1500, "max_samples": 2500}}))
+    for _ in range(3):
+        data = _Data(scenario, None, StartupProfile(), background=True)
+        deadline = time.monotonic() + 60
+        while data.thread.is_alive() and time.monotonic() < deadline:
+            subprocess.run(["true"], preexec_fn=lambda: None)
+        data.thread.join(timeout=5)
+        assert not data.thread.is_alive(), "the data build hung while the process forked"
+        assert data.result().num_devices == 200
