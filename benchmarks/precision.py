@@ -13,6 +13,13 @@ blocks and the ratio to fp32 (the median of the per-block ratios, so that a slow
 side), and the ratio of the fastest blocks (the least disturbed ones). Inputs are random 28x28 images (speed does not depend on their values).
 
     .venv/bin/python benchmarks/precision.py [--repeats 11] [--steps 5]
+
+--accuracy ROUNDS instead runs the reference run (scenarios/fmnist_fedavg.yaml: FAST's CNN, 100 devices, 10 a
+round) for ROUNDS rounds in fp32 and in bf16, in process, and prints the test accuracy of both at each
+evaluation (every 5th round) and the gap at the end against the 0.5-point tolerance (tests/test_precision.py
+checks the same claim on the MLP, in seconds; this is the CNN's, minutes).
+
+    .venv/bin/python benchmarks/precision.py --accuracy 30
 """
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import platform
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import torch
 
@@ -31,6 +39,8 @@ from emulator.training.local import LocalTraining, evaluate_by_class, seeded_gen
 
 BATCH, SHAPE, CLASSES = 128, (1, 28, 28), 10
 TARGET = 2.5  # issue 14: the FAST CNN with bf16 at least 2.5x faster than fp32 on AVX512-BF16 / AMX
+TOLERANCE = 0.005  # bf16's final test accuracy within half a point of fp32's
+REFERENCE = Path(__file__).resolve().parents[1] / "scenarios" / "fmnist_fedavg.yaml"
 
 
 def _model(name: str, precision: str, channels_last: bool = True) -> torch.nn.Module:
@@ -85,6 +95,38 @@ def cpu_summary() -> str:
             f"{torch.get_num_threads()} torch thread(s), Python {platform.python_version()}")
 
 
+def accuracy(rounds: int) -> int:
+    """The reference run in fp32 and in bf16: test accuracy at each evaluation, and the final gap."""
+    import tempfile
+
+    import yaml
+
+    from emulator.driver import run_scenario
+    from emulator.parts import validate_scenario
+    from emulator.recording.rundir import read_metrics
+
+    curves = {}
+    with tempfile.TemporaryDirectory() as out:
+        for name in ("fp32", "bf16"):
+            raw = yaml.safe_load(REFERENCE.read_text())
+            raw.update(rounds=rounds, output={"tensorboard": False})
+            raw["runtime"] = {"precision": name, "backend": "inline", "runners": 2}
+            start = time.perf_counter()
+            rows = read_metrics(run_scenario(validate_scenario(raw), Path(out) / name).path)
+            curves[name] = {int(r["round"]): float(r["test_acc"]) for r in rows if r["test_acc"] != ""}
+            print(f"  {name}: {rounds} rounds in {time.perf_counter() - start:.0f} s", file=sys.stderr, flush=True)
+    print(f"| round | fp32 test acc | bf16 test acc | bf16 - fp32 |\n|---|---|---|---|")
+    for step in sorted(curves["fp32"]):
+        fp32, bf16 = curves["fp32"][step], curves["bf16"][step]
+        print(f"| {step} | {fp32:.4f} | {bf16:.4f} | {100 * (bf16 - fp32):+.2f} points |")
+    last = max(curves["fp32"])
+    gap = abs(curves["bf16"][last] - curves["fp32"][last])
+    verdict = "within" if gap <= TOLERANCE else "outside"
+    print(f"\nafter {last} rounds bf16 is {100 * gap:.2f} points from fp32 ({verdict} the {100 * TOLERANCE:.1f}-point "
+          "tolerance)")
+    return 0 if gap <= TOLERANCE else 1
+
+
 def main(argv=None) -> int:
     from emulator.parts import load_parts
 
@@ -93,7 +135,12 @@ def main(argv=None) -> int:
     parser.add_argument("--repeats", type=int, default=11, help="interleaved blocks per variant")
     parser.add_argument("--steps", type=int, default=5, help="training steps per block")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (runners use 1)")
+    parser.add_argument("--accuracy", type=int, metavar="ROUNDS",
+                        help="instead: the reference run's test accuracy in fp32 and bf16 over ROUNDS rounds")
     args = parser.parse_args(argv)
+    if args.accuracy:
+        print(cpu_summary())
+        return accuracy(args.accuracy)
     torch.set_num_threads(args.threads)
     print(cpu_summary())
     if not numerics.cpu_bf16():

@@ -127,23 +127,23 @@ def test_bf16_cnn_gives_identical_metrics_with_one_and_two_runners(ray_session, 
     assert comparable(paths[0]) == comparable(paths[1])
 
 
-@pytest.mark.slow
 @needs_bf16
 @needs_fmnist
-def test_bf16_reaches_fp32_accuracy_on_the_reference_run(tmp_path):
-    """scenarios/fmnist_fedavg.yaml (FAST's CNN, 100 devices, 10 a round) for 12 rounds: the final test accuracy
-    with bf16 is within 0.5 points of fp32's. Measured on the AVX512-BF16 reference machine: 0.7338 fp32 and
-    0.7343 bf16 after 12 rounds (0.7600 / 0.7577 after 16, 0.7699 / 0.7726 after 30): past 0.7, where the
-    model has learned, the two stay this close, and 12 rounds cost 2.5 times less than 30."""
+def test_bf16_training_reaches_fp32_accuracy(tmp_path):
+    """The reference run's setup (scenarios/fmnist_fedavg.yaml: 100 devices, 10 a round) with the MLP for 12
+    rounds: bf16's final test accuracy is within 0.5 points of fp32's, past 0.7 (measured on this Intel AMX
+    machine: 0.7401 both; the CNN's own comparison takes minutes: `benchmarks/precision.py --accuracy 30`,
+    0.7699 fp32 / 0.7726 bf16 after 30 rounds on the AVX512-BF16 reference machine)."""
     accuracy = {}
     for name in ("fp32", "bf16"):
-        # evaluated once, after round 12 (the shipped scenario evaluates every 5th: the same final accuracy)
         # in process: the claim is about the arithmetic (bf16 on Ray's runners: the tests above)
-        scenario = validate_scenario(fmnist(**{"rounds": 12, "runtime.precision": name, "runtime.runners": 2,
-                                               "runtime.backend": "inline", "evaluation.every": 12}))
+        scenario = validate_scenario(fmnist(**{"rounds": 12, "model": "mlp", "runtime.precision": name,
+                                               "runtime.runners": 2, "runtime.backend": "inline",
+                                               "evaluation.every": 4}))
         rows = [r for r in read_metrics(run_scenario(scenario, tmp_path / name).path) if r["test_acc"] != ""]
         accuracy[name] = [float(r["test_acc"]) for r in rows]
     assert accuracy["fp32"][-1] > 0.7  # it learned: a comparison of two untrained models would prove nothing
+    assert accuracy["bf16"] != accuracy["fp32"]  # bf16 did compute in bf16
     assert abs(accuracy["bf16"][-1] - accuracy["fp32"][-1]) <= 0.005, accuracy
 
 
