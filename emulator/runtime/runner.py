@@ -90,7 +90,7 @@ class DeviceRunner:
         gpu = gpu and torch.cuda.is_available()
         # an indexed device: torch's memory calls (set_per_process_memory_fraction) refuse a bare "cuda"
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
-        _warm_up()
+        _warm_up(self.device)
 
     def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
         if key not in self._runs:
@@ -381,10 +381,11 @@ def _host() -> str:
     return platform.node() or "this node"
 
 
-def _warm_up() -> None:
-    """One tiny training step, so the first real job does not pay torch.optim's one-off import (~1 s)."""
-    model = torch.nn.Linear(2, 2)
-    train_locally(model, torch.zeros(4, 2), torch.zeros(4, dtype=torch.int64),
+def _warm_up(device: torch.device) -> None:
+    """One tiny training step where the runner trains, so its first real job does not pay the one-off costs
+    (on a GPU, torch.optim's import of torch._dynamo: ~1 s; a CPU runner's optimizer does without it)."""
+    model = torch.nn.Linear(2, 2).to(device)
+    train_locally(model, torch.zeros(4, 2, device=device), torch.zeros(4, dtype=torch.int64, device=device),
                   LocalTraining(lr=0.1, batch_size=4, local_steps=1), seeded_generator(0))
 
 

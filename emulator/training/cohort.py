@@ -57,9 +57,8 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from emulator.training import precision as numerics
 from emulator.training.local import LocalTraining, TrainStats, seeded_generator
+from emulator.training.optimizer import ADAM_BETAS, ADAM_EPS  # torch.optim.Adam's defaults
 
-ADAM_BETAS = (0.9, 0.999)  # torch.optim.Adam's defaults, which make_optimizer keeps
-ADAM_EPS = 1e-8
 
 
 def supports(model: nn.Module) -> str | None:

@@ -10,6 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from emulator.training import precision as numerics
+from emulator.training.optimizer import make_optimizer
 
 
 @dataclass(frozen=True)
@@ -49,12 +50,6 @@ class TrainStats:
     accuracy: float  # fraction of training samples classified correctly while training
 
 
-def make_optimizer(spec: LocalTraining, parameters) -> torch.optim.Optimizer:
-    if spec.optimizer == "adam":
-        return torch.optim.Adam(parameters, lr=spec.lr, weight_decay=spec.weight_decay)
-    return torch.optim.SGD(parameters, lr=spec.lr, momentum=spec.momentum, weight_decay=spec.weight_decay)
-
-
 def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, spec: LocalTraining,
                   generator: torch.Generator, correction: list[torch.Tensor] | None = None,
                   precision: str = "fp32", anchor: list[torch.Tensor] | None = None) -> TrainStats:
@@ -73,7 +68,7 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     if steps == 0:
         return TrainStats(0, float("nan"), float("nan"))
     batch = min(spec.batch_size, n)
-    optimizer = make_optimizer(spec, model.parameters())
+    optimizer = make_optimizer(spec, model.parameters(), inputs.device)
     if spec.prox_mu > 0 and anchor is None:
         anchor = [p.detach().clone() for p in model.parameters()]
     elif spec.prox_mu == 0:
