@@ -64,6 +64,6 @@ def test_the_device_optimizer_is_lean_on_a_cpu_and_torch_optim_elsewhere():
     assert isinstance(make_optimizer(LocalTraining(lr=0.1, batch_size=4, local_steps=1), parameters),
                       LeanOptimizer)
     spec = LocalTraining(lr=0.1, batch_size=4, local_steps=1, optimizer="adam")
-    assert isinstance(make_optimizer(spec, parameters, torch.device("meta")), torch.optim.Adam)
+    assert isinstance(make_optimizer(spec, [nn.Parameter(torch.zeros(3, device="meta"))]), torch.optim.Adam)
     with pytest.raises(ValueError, match="sgd or adam"):
         LeanOptimizer(parameters, "rmsprop", 0.1)

@@ -60,7 +60,6 @@ from emulator.training.local import LocalTraining, TrainStats, seeded_generator
 from emulator.training.optimizer import ADAM_BETAS, ADAM_EPS  # torch.optim.Adam's defaults
 
 
-
 def supports(model: nn.Module) -> str | None:
     """None when `train_cohort` can train `model`, else why not (the caller falls back to one device at a
     time)."""

@@ -68,7 +68,7 @@ def train_locally(model: nn.Module, inputs: torch.Tensor, labels: torch.Tensor, 
     if steps == 0:
         return TrainStats(0, float("nan"), float("nan"))
     batch = min(spec.batch_size, n)
-    optimizer = make_optimizer(spec, model.parameters(), inputs.device)
+    optimizer = make_optimizer(spec, model.parameters())
     if spec.prox_mu > 0 and anchor is None:
         anchor = [p.detach().clone() for p in model.parameters()]
     elif spec.prox_mu == 0:

@@ -15,11 +15,11 @@ ADAM_BETAS = (0.9, 0.999)
 ADAM_EPS = 1e-8
 
 
-def make_optimizer(spec, parameters, device: torch.device | None = None):
+def make_optimizer(spec, parameters):
     """`spec` (a LocalTraining) says which: SGD with momentum and L2 weight decay, or Adam with L2 weight
-    decay; `device` is where the parameters live (the CPU when not given)."""
+    decay; lean where the parameters live on the CPU."""
     parameters = list(parameters)
-    if device is not None and device.type != "cpu":
+    if any(p.device.type != "cpu" for p in parameters):
         if spec.optimizer == "adam":
             return torch.optim.Adam(parameters, lr=spec.lr, betas=ADAM_BETAS, eps=ADAM_EPS,
                                     weight_decay=spec.weight_decay)
