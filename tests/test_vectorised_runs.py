@@ -6,6 +6,7 @@ groups are cut from the device order and the round's report count, never from th
 identical metrics with 1 runner or 3.
 """
 import math
+import time
 
 import numpy as np
 import pytest
@@ -16,6 +17,7 @@ from emulator.recording import checkpoint as checkpoints
 from emulator.training import precision
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
+from emulator.runtime.grouping import MIN_TASK_S, DeviceCost
 from emulator.runtime.pool import GROUP_BYTES, MAX_GROUP, group_jobs
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.scenario import ScenarioError
@@ -51,6 +53,32 @@ def test_sequential_groups_spread_over_the_runners():
     groups = group_jobs(jobs, None, False, 2, 800_000)
     assert len(groups) == 16 and [j for g in groups for j in g] == jobs
     assert len(group_jobs(jobs, None, False, 8, 800_000)) == 64  # eight tasks per runner
+
+
+def test_devices_that_train_in_milliseconds_go_in_fewer_larger_tasks():
+    """The quickstart's round: 20 MLP devices of ~4 ms each on 2 runners were 16 tasks of a few ms (a task
+    costs ~2 ms on Ray); measured, they go in tasks of at least MIN_TASK_S of training, one per runner at
+    the least. Slow devices keep the cut that balances best; a vectorised cut never reads the time."""
+    jobs = list(range(20))
+    assert len(group_jobs(jobs, None, False, 2, 800_000)) == 16  # not measured yet (a run's first round)
+    assert [len(g) for g in group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.004)] == [10, 10]
+    assert len(group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.012)) == 5  # 20 x 12 ms / 50 ms
+    assert len(group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.5)) == 16  # a CNN: as before
+    assert len(group_jobs(jobs, None, True, 2, 800_000, device_seconds=0.004)) == 4  # vectorised: the reports'
+    assert [len(g) for g in group_jobs(jobs, 3, False, 2, 800_000, device_seconds=0.004)] == [3] * 6 + [2]
+    assert 0.004 < MIN_TASK_S
+
+
+def test_device_cost_measures_a_rounds_training_per_device_and_runner():
+    cost = DeviceCost()
+    with cost.timing(devices=4, runners=2):
+        time.sleep(0.2)
+    assert 0.1 <= cost.seconds < 0.2  # 0.2 s x 2 runners / 4 devices
+    measured = cost.seconds
+    with pytest.raises(RuntimeError):
+        with cost.timing(devices=4, runners=2):
+            raise RuntimeError("a round that fails measures nothing")
+    assert cost.seconds == measured
 
 
 def test_vectorise_enters_the_fingerprint_and_the_defaults_leave_it_as_before():

@@ -2,16 +2,21 @@
 from __future__ import annotations
 
 import math
+import time
+from contextlib import contextmanager
 from typing import Sequence, TypeVar
 
 Job = TypeVar("Job")
 
 GROUP_BYTES = 64 * 2 ** 20  # an automatic group returns at most this many bytes of updates (G x model bytes)
 MAX_GROUP = 64
+# A task should hold at least this much training: a runner task's own cost (the call, the update's way back)
+# is ~2 ms on Ray, which 16 one-device tasks of a 4 ms MLP device a round turned into a third of the round.
+MIN_TASK_S = 0.05
 
 
 def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, runners: int,
-               model_bytes: int) -> list[list[Job]]:
+               model_bytes: int, device_seconds: float | None = None) -> list[list[Job]]:
     """Consecutive jobs (devices in draw order) cut into the groups one runner task trains.
 
     A vectorised group's composition reaches the last bits of its devices' results (batched matrix
@@ -20,13 +25,17 @@ def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, run
     GROUP_BYTES of updates. Trained one at a time, a device's result is the same in any group, so the
     cut then also looks at the runners: one device a task while there are fewer than eight per runner
     (small cohorts balance best so), else eight groups per runner of near-equal size, within the same
-    caps. `runtime.group_size` fixes the size instead."""
+    caps; and, given `device_seconds` (what one device's training took in the rounds before: DeviceCost),
+    fewer groups where smaller ones would hold under MIN_TASK_S of training each, down to one per runner.
+    `runtime.group_size` fixes the size instead."""
     if not jobs:
         return []
     if group_size is not None:
         return [list(jobs[i:i + group_size]) for i in range(0, len(jobs), group_size)]
     cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
     wanted = 4 if vectorise else 8 * max(1, runners)
+    if not vectorise and device_seconds:  # fast devices: fewer, larger tasks (the same results in any cut)
+        wanted = min(wanted, max(runners, math.ceil(len(jobs) * device_seconds / MIN_TASK_S)))
     count = min(len(jobs), max(wanted, math.ceil(len(jobs) / cap)))
     edges = [len(jobs) * g // count for g in range(count + 1)]
     return [list(jobs[a:b]) for a, b in zip(edges, edges[1:])]
@@ -38,3 +47,21 @@ def largest_group(selected: int, group_size: int | None, vectorise: bool, model_
     if not vectorise:
         return 1
     return max((len(g) for g in group_jobs(range(max(1, selected)), group_size, vectorise, 1, model_bytes)), default=1)
+
+
+class DeviceCost:
+    """Seconds one device's training takes, as a run's rounds measured it: the wall time of a round's
+    training x runners / devices (the runners' own overheads included, so it errs towards more, smaller
+    tasks). group_jobs reads it for the cut of trained-one-at-a-time groups only, where a device's result
+    is the same in any group: it changes the speed of a run, never its numbers."""
+
+    def __init__(self):
+        self.seconds: float | None = None
+
+    @contextmanager
+    def timing(self, devices: int, runners: int):
+        """Around a round's training; a round that stops early (an error) measures nothing."""
+        start = time.perf_counter()
+        yield
+        if devices:
+            self.seconds = (time.perf_counter() - start) * max(1, runners) / devices

@@ -27,7 +27,7 @@ from emulator.registry import ALGORITHMS
 from emulator.runtime import inline
 from emulator.runtime.adversaries import COLUMNS as ADVERSARY_COLUMNS
 from emulator.runtime.adversaries import Adversaries
-from emulator.runtime.pool import RunnerPool, group_jobs
+from emulator.runtime.pool import DeviceCost, RunnerPool, group_jobs
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import rng, torch_seed
@@ -68,7 +68,7 @@ class FederatedServer:
         relative path, a plugin's or ours, would look in the wrong place. `state_dir`: where a personalized
         algorithm keeps its devices' state (the run directory's device_state/; None: a temporary one)."""
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
-        self.state_dir = state_dir
+        self.state_dir, self.device_cost = state_dir, DeviceCost()  # what a device's training takes: the tasks' size
         load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
         self.scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
         self.context_box = context_box
@@ -183,15 +183,17 @@ class FederatedServer:
         updates: list[ClientUpdate] = []
 
         runtime = self.scenario.runtime
-        groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes)
+        groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(self.pool.runners), self.model_bytes,
+                            self.device_cost.seconds)
 
         def trained():
             if not groups:
                 return
             params_ref = self.pool.put(self.params)
-            for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
-                    self.context_box, params_ref, group, runtime.vectorise)):
-                yield from group
+            with self.device_cost.timing(len(jobs), len(self.pool.runners)):
+                for group in self.pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
+                        self.context_box, params_ref, group, runtime.vectorise)):
+                    yield from group
 
         def streamed():  # colluders agree on one update: the round's updates are all in before they send it
             for update in trained() if hostile is None else hostile.colluded(trained()):
