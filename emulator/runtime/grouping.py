@@ -1,4 +1,5 @@
-"""How a round's device jobs are cut into the groups one runner task trains (pure: no Ray, no torch)."""
+"""How a round's device jobs are cut into the groups one runner task trains (no Ray, no torch): the cut, a pure
+function, and DeviceCost, the measured training time per device that sizes it."""
 from __future__ import annotations
 
 import math
@@ -35,7 +36,7 @@ def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, run
     cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
     wanted = 4 if vectorise else 8 * max(1, runners)
     if not vectorise and device_seconds:  # fast devices: fewer, larger tasks (the same results in any cut)
-        wanted = min(wanted, max(runners, math.ceil(len(jobs) * device_seconds / MIN_TASK_S)))
+        wanted = min(wanted, max(1, runners, math.ceil(len(jobs) * device_seconds / MIN_TASK_S)))
     count = min(len(jobs), max(wanted, math.ceil(len(jobs) / cap)))
     edges = [len(jobs) * g // count for g in range(count + 1)]
     return [list(jobs[a:b]) for a, b in zip(edges, edges[1:])]

@@ -14,7 +14,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import ray
 
 from emulator.runtime import inline
-from emulator.runtime.grouping import GROUP_BYTES, MAX_GROUP, DeviceCost, group_jobs  # noqa: F401  (re-exported)
+from emulator.runtime.grouping import GROUP_BYTES, MAX_GROUP, group_jobs  # noqa: F401  (re-exported)
 from emulator.runtime.runner import DeviceRunner, RunnerActor
 
 Job = TypeVar("Job")

@@ -27,7 +27,8 @@ from emulator.registry import ALGORITHMS
 from emulator.runtime import inline
 from emulator.runtime.adversaries import COLUMNS as ADVERSARY_COLUMNS
 from emulator.runtime.adversaries import Adversaries
-from emulator.runtime.pool import DeviceCost, RunnerPool, group_jobs
+from emulator.runtime.grouping import DeviceCost, group_jobs
+from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import DeviceJob, unbox
 from emulator.scenario import Scenario, ScenarioError
 from emulator.seeding import rng, torch_seed
