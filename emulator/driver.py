@@ -28,7 +28,7 @@ from typing import Callable
 import ray
 from threadpoolctl import threadpool_limits
 
-from emulator.data import build_federation
+from emulator.data import federation_for
 from emulator.data.custom import cli_refusal, memory_record, public, scenario_header, write_record
 from emulator.data.federation import Federation
 from emulator.errors import PluginError
@@ -302,7 +302,7 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
     runtime = scenario.runtime
     in_process = runtime.backend == "inline"
     # The data loads while Ray and the actor processes start (each of those imports torch: seconds).
-    data = _Data(scenario, federation, profile, background=not in_process)
+    data = _Data(scenario, federation, profile, background=not in_process, notify=notify)
     run_key = f"{scenario.name}-{uuid.uuid4().hex[:12]}"
     with ExitStack() as session:
         if in_process:
@@ -369,8 +369,8 @@ class _Data:
     with it."""
 
     def __init__(self, scenario: Scenario, federation: Federation | None, profile: StartupProfile,
-                 background: bool):
-        self.scenario, self.federation, self.profile = scenario, federation, profile
+                 background: bool, notify: Callable[[str], None]):
+        self.scenario, self.federation, self.profile, self.notify = scenario, federation, profile, notify
         self.error: BaseException | None = None
         self.thread = None
         if federation is not None:
@@ -384,8 +384,8 @@ class _Data:
     def _build(self) -> Federation:
         scenario = self.scenario
         with self.profile.phase("data (load, partition)"):
-            federation = build_federation(scenario.data, scenario.population.devices, scenario.seed,
-                                          scenario.population.types)
+            federation = federation_for(scenario.data, scenario.population.devices, scenario.seed,
+                                        scenario.population.types, self.notify)
         self._check(federation)
         return federation
 

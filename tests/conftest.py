@@ -15,6 +15,9 @@ from emulator.parts import load_parts
 # starts look for one in a state file of their own (tests/test_warm.py starts one there).
 os.environ["EMULATOR_WARM_STATE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-"), "warm.json")
 
+# Stored federations (data.store, emulator/data/store.py) go to this session's own cache, never the user's.
+os.environ["EMULATOR_DATA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-data-"), "federations")
+
 # Figures as PNG only (a report in a third of the time), here and in every process the tests start; the tests
 # of PDF and SVG output (test_figures.py, test_bias.py) ask for them.
 os.environ["EMULATOR_FIGURE_FORMATS"] = "png"

@@ -155,7 +155,7 @@ def test_bf16_without_hardware_is_refused_before_ray_starts(tmp_path, monkeypatc
         raise AssertionError("Ray was started")
 
     monkeypatch.setattr("emulator.driver.ray_session", no_ray)
-    monkeypatch.setattr("emulator.driver.build_federation", no_ray)
+    monkeypatch.setattr("emulator.driver.federation_for", no_ray)
     scenario = validate_scenario(small_scenario(**{"runtime.precision": "bf16"}))
     with pytest.raises(ScenarioError) as refused:
         run_scenario(scenario, tmp_path / "run")

@@ -1,13 +1,16 @@
 """Datasets, partitioners and the server set: everything that turns a scenario's `data:` into a Federation."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.local_split import with_local_test, with_own_test_split
 from emulator.data.partition import partition, partition_types
 from emulator.data.server_set import carve_server_set
-from emulator.data.vision import DataUnavailableError, load_vision
+from emulator.data.store import cached_federation, content_key, default_cache
+from emulator.data.vision import VISION_DATASETS, DataUnavailableError, default_roots, load_vision
 from emulator.registry import DATASETS
 from emulator.scenario import DataConfig, ScenarioError
 from emulator.seeding import device_types, rng
@@ -26,6 +29,19 @@ def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> F
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
     return assemble_federation(data, devices, seed, types, train, test, per_device)
+
+
+def federation_for(data: DataConfig, devices: int, seed: int, types=None,
+                   notify=lambda line: None) -> Federation:
+    """build_federation's federation, held as data.store says: in memory, or written once under its content
+    key (data/store.py) and memory-mapped, so that no process holds the samples as memory of its own."""
+    if not data.store.on_disk(devices):
+        return build_federation(data, devices, seed, types)
+    roots = [Path(data.root)] if data.root else (default_roots(data.dataset) if data.dataset in VISION_DATASETS
+                                                 else [])
+    key, described = content_key(data, devices, seed, types, DATASETS.get(data.dataset).build.__module__, roots)
+    cache = Path(data.store.cache).expanduser() if data.store.cache else default_cache()
+    return cached_federation(key, cache, lambda: build_federation(data, devices, seed, types), notify, described)
 
 
 def assemble_federation(data: DataConfig, devices: int, seed: int, types, train: ArrayDataset, test: ArrayDataset,
@@ -71,4 +87,4 @@ def _split(train: ArrayDataset, devices: int, spec, seed: int, types) -> list[np
     return partition(train.y, train.num_classes, devices, spec, rng(seed, "partition"))
 
 
-__all__ = ["ArrayDataset", "Federation", "build_federation", "load_vision", "DataUnavailableError"]
+__all__ = ["ArrayDataset", "Federation", "build_federation", "federation_for", "load_vision", "DataUnavailableError"]

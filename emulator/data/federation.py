@@ -49,6 +49,10 @@ class ArrayDataset:
         given sample indices (all when None)."""
         x = self.x if indices is None else self.x[indices]
         y = self.y if indices is None else self.y[indices]
+        if not x.flags.writeable:  # a view of a stored (memory-mapped, read-only) column: the rows asked for, copied
+            x = np.array(x)
+        if not y.flags.writeable:
+            y = np.array(y)
         inputs = torch.from_numpy(canonical_strides(x))
         if inputs.dtype == torch.uint8:
             inputs = inputs.to(torch.float32).div_(255.0)
@@ -77,16 +81,29 @@ def offsets_of(sizes: np.ndarray) -> np.ndarray:
 
 @dataclass
 class Federation:
-    """Device d owns train samples device_indices[device_offsets[d]:device_offsets[d + 1]]."""
+    """Device d owns train samples device_indices[device_offsets[d]:device_offsets[d + 1]]; without
+    device_indices (a stored federation, data/store.py) the training rows are sorted by device and device d
+    owns rows device_offsets[d] to device_offsets[d + 1] themselves."""
 
     train: ArrayDataset
     test: ArrayDataset
     device_offsets: np.ndarray  # int64, shape (devices + 1,)
-    device_indices: np.ndarray  # int64 indices into train
+    device_indices: np.ndarray | None  # int64 indices into train; None: sorted by device
     server_indices: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))
     # data.local_test: device d's own test samples are local_test[local_offsets[d]:local_offsets[d + 1]]
     local_test: ArrayDataset | None = None
     local_offsets: np.ndarray | None = None  # int64, shape (devices + 1,)
+    counts: np.ndarray | None = None  # label_counts(), where it was stored with the data
+    stored: str | None = None  # the directory a stored federation was opened from: it travels as that path
+
+    def __reduce_ex__(self, protocol):
+        """A stored federation pickles as its directory (Ray's object store carries a path, not the data):
+        the receiving process maps the same files, which the data's key and digests were checked for."""
+        if self.stored is None:
+            return super().__reduce_ex__(protocol)
+        from emulator.data.store import open_federation
+
+        return open_federation, (self.stored, False)
 
     @classmethod
     def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],
@@ -105,16 +122,22 @@ class Federation:
         return np.diff(self.device_offsets)
 
     def device_samples(self, device: int) -> np.ndarray:
-        return self.device_indices[self.device_offsets[device]:self.device_offsets[device + 1]]
+        start, stop = int(self.device_offsets[device]), int(self.device_offsets[device + 1])
+        if self.device_indices is None:
+            return np.arange(start, stop, dtype=np.int64)
+        return self.device_indices[start:stop]
 
     def per_device(self) -> list[np.ndarray]:
         return [self.device_samples(d) for d in range(self.num_devices)]
 
     def label_counts(self) -> np.ndarray:
         """(devices, classes) matrix of how many samples of each class every device holds."""
+        if self.counts is not None:
+            return np.asarray(self.counts, dtype=np.int64)
         owner = np.repeat(np.arange(self.num_devices), self.sizes)
         counts = np.zeros((self.num_devices, self.train.num_classes), dtype=np.int64)
-        np.add.at(counts, (owner, self.train.y[self.device_indices]), 1)
+        labels = self.train.y[:len(owner)] if self.device_indices is None else self.train.y[self.device_indices]
+        np.add.at(counts, (owner, labels), 1)
         return counts
 
     @property

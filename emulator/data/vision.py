@@ -23,6 +23,7 @@ NORMALISATION = {
     "emnist": ((0.1751,), (0.3332,)),
     "cifar10": ((0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616)),
 }
+VISION_DATASETS = tuple(NORMALISATION)
 TORCHVISION_FOLDER = {"fashion_mnist": "FashionMNIST", "mnist": "MNIST", "emnist": "EMNIST"}
 CIFAR_FILES = [f"data_batch_{i}" for i in range(1, 6)] + ["test_batch"]
 _CACHE: dict[tuple, tuple[ArrayDataset, ArrayDataset]] = {}

@@ -29,7 +29,7 @@ CURRENT, PREVIOUS = "checkpoint.pkl", "checkpoint.prev.pkl"
 # `stop` decides when a run ends early, not what its rounds compute: a resume may change it (to keep a
 # diverged run going), and two runs differing only there are one experiment.
 NOT_RESULTS = ("name", "rounds", "runtime", "output", "stop")
-NOT_RESULTS_DATA = ("root", "download")
+NOT_RESULTS_DATA = ("root", "download", "store")
 # Sections that, switched off, leave a scenario's identity as it was before they existed (fingerprints,
 # `emulator report`'s experiment keys): their values when off.
 OFF_BY_DEFAULT = {"privacy": None, "secure_aggregation": None, "compression": {"kind": "none"}}

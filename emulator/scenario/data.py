@@ -89,6 +89,27 @@ class ServerSetConfig(Strict):
         return self
 
 
+class StoreConfig(Strict):
+    """data.store: where the devices' samples live during a run. memory: in the driver and every runner (the
+    object store carries them); disk: written once per content key under `cache`, then memory-mapped by
+    every process (emulator/data/store.py); auto: disk from DISK_FROM_DEVICES devices. Results are the same
+    bit for bit either way."""
+
+    mode: Literal["auto", "memory", "disk"] = "auto"
+    cache: Optional[str] = None  # the cache directory; None: $EMULATOR_DATA_CACHE, else ~/.cache/emulator/federations
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any):
+        return {"mode": value} if isinstance(value, str) else value
+
+    def on_disk(self, devices: int) -> bool:
+        return self.mode == "disk" or (self.mode == "auto" and devices >= DISK_FROM_DEVICES)
+
+
+DISK_FROM_DEVICES = 10_000  # data.store: auto keeps smaller populations' data in memory (nothing to write)
+
+
 class DatasetOptions(Strict):
     """The base of a dataset's own options (data.options), for datasets that register a config class."""
 
@@ -103,6 +124,7 @@ class DataConfig(Strict):
     server_set: ServerSetConfig = ServerSetConfig()
     test_samples: Optional[int] = Field(None, gt=0)
     local_test: Optional[LocalTestConfig] = None  # a held-out test split on every device (none by default)
+    store: StoreConfig = StoreConfig()
     options: Optional[SerializeAsAny[DatasetOptions]] = Field(None, validate_default=True)
 
     @field_validator("dataset")

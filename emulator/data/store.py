@@ -1,0 +1,270 @@
+"""The federation on disk: samples sorted by device in flat array files, read through memory maps.
+
+A run's data is written once per (dataset, partition, seed, format) into a directory named by a content key,
+and every later run, sweep member and runner process opens it memory-mapped: device d's training samples
+are rows offsets[d] to offsets[d + 1] of `train_x.npy` / `train_y.npy`, an O(1) slice; the operating system
+shares the pages between processes and can drop them under pressure, so no process holds the data as
+memory of its own and the object store carries the directory's path, not the arrays.
+
+Layout (format 1): `train_x.npy`, `train_y.npy` (device after device, then the server set's rows),
+`device_offsets.npy` (int64, devices + 1), `label_counts.npy` (int32, devices x classes), `test_x.npy`,
+`test_y.npy` (`test_owner.npy` where the data splits its test set by user), and with data.local_test
+`local_x.npy`, `local_y.npy`, `local_offsets.npy`; `meta.json` last, naming every file with its shape, dtype,
+size and a digest. Plain `.npy` files: numpy maps them without a dependency, each column is one file, and a
+text corpus's token rows are a 2-D column like any other (see docs/scenarios.md, "data.store").
+
+Writing goes to a temporary directory renamed into place, so a run killed mid-write leaves no cache; opening
+checks sizes and digests (all of a small file, 256 spread blocks of a large one) and a directory that fails
+is removed and rebuilt, never read.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from emulator.data.federation import ArrayDataset, Federation
+
+FORMAT_VERSION = 1
+CHUNK_BYTES = 64 << 20  # what one step of a write copies at most, whatever the data's size
+FULL_DIGEST_BYTES = 64 << 20  # files up to this size are hashed whole; larger ones by SAMPLED_BLOCKS blocks
+SAMPLED_BLOCKS, BLOCK = 256, 64 << 10
+CACHE_ENV = "EMULATOR_DATA_CACHE"
+
+
+class StoreDamaged(Exception):
+    """A stored federation that must not be read (missing, truncated, altered or of another key)."""
+
+
+def default_cache() -> Path:
+    """$EMULATOR_DATA_CACHE, else ~/.cache/emulator/federations (beside the datasets' own files)."""
+    if os.environ.get(CACHE_ENV):
+        return Path(os.environ[CACHE_ENV]).expanduser()
+    return Path.home() / ".cache" / "emulator" / "federations"
+
+
+# ----------------------------------------------------------------------------------------------- writing
+def write_federation(federation: Federation, directory: Path, key: str, described: dict | None = None) -> Path:
+    """Write `federation` as the format under `directory` (replacing what is there), in chunks of at most
+    CHUNK_BYTES, so the writing adds no copy of the data. Returns the directory."""
+    directory = Path(directory)
+    directory.parent.mkdir(parents=True, exist_ok=True)
+    temporary = directory.with_name(f".{directory.name}.{os.getpid()}.{time.monotonic_ns()}")
+    temporary.mkdir()
+    try:
+        files = {}
+        train = federation.train
+        device_rows = _device_rows(federation)
+        server = np.asarray(federation.server_indices, dtype=np.int64)
+        files["train_x"] = _write_gathered(temporary / "train_x.npy", train.x, device_rows, server)
+        files["train_y"] = _write_gathered(temporary / "train_y.npy", train.y, device_rows, server)
+        files["device_offsets"] = _write_array(temporary / "device_offsets.npy", federation.device_offsets)
+        files["label_counts"] = _write_array(temporary / "label_counts.npy",
+                                             federation.label_counts().astype(np.int32))
+        everything = np.arange(len(federation.test))
+        files["test_x"] = _write_gathered(temporary / "test_x.npy", federation.test.x, everything)
+        files["test_y"] = _write_gathered(temporary / "test_y.npy", federation.test.y, everything)
+        if federation.test.owner is not None:
+            files["test_owner"] = _write_array(temporary / "test_owner.npy", federation.test.owner)
+        if federation.local_test is not None:
+            local = np.arange(len(federation.local_test))
+            files["local_x"] = _write_gathered(temporary / "local_x.npy", federation.local_test.x, local)
+            files["local_y"] = _write_gathered(temporary / "local_y.npy", federation.local_test.y, local)
+            files["local_offsets"] = _write_array(temporary / "local_offsets.npy", federation.local_offsets)
+        meta = {"format": FORMAT_VERSION, "key": key, "described": described or {},
+                "num_classes": int(train.num_classes), "mean": _floats(train.mean), "std": _floats(train.std),
+                "test_mean": _floats(federation.test.mean), "test_std": _floats(federation.test.std),
+                "devices": federation.num_devices, "server_samples": int(len(server)), "files": files,
+                "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        (temporary / "meta.json").write_text(json.dumps(meta, indent=1))
+        if directory.exists():
+            shutil.rmtree(directory)
+        os.replace(temporary, directory)
+    except BaseException:
+        shutil.rmtree(temporary, ignore_errors=True)
+        raise
+    return directory
+
+
+def _device_rows(federation: Federation) -> np.ndarray | slice:
+    if federation.device_indices is None:
+        return slice(0, int(federation.device_offsets[-1]))
+    return federation.device_indices
+
+
+def _write_gathered(path: Path, source: np.ndarray, *row_sets) -> dict:
+    """source's rows, set after set, into a new .npy file at `path`, a chunk at a time."""
+    sets = [np.arange(len(source))[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
+            for rows in row_sets]
+    total = sum(len(rows) for rows in sets)
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=source.dtype, shape=(total, *source.shape[1:]))
+    row_bytes = max(1, source.itemsize * int(np.prod(source.shape[1:], dtype=np.int64)))
+    step = max(1, CHUNK_BYTES // row_bytes)
+    at = 0
+    for rows in sets:
+        for start in range(0, len(rows), step):
+            chunk = rows[start:start + step]
+            out[at:at + len(chunk)] = source[chunk]
+            at += len(chunk)
+    out.flush()
+    del out
+    return _describe(path)
+
+
+def _write_array(path: Path, array: np.ndarray) -> dict:
+    np.save(path, np.ascontiguousarray(array))
+    return _describe(path)
+
+
+def _floats(values) -> list[float] | None:
+    return None if values is None else [float(v) for v in values]
+
+
+# ----------------------------------------------------------------------------------------------- reading
+def open_federation(directory: Path | str, verify: bool = True, key: str | None = None) -> Federation:
+    """The stored federation at `directory`, its arrays memory-mapped read-only. `verify` checks every
+    file's size and digest against meta.json, `key` that it is the data asked for: StoreDamaged otherwise."""
+    directory = Path(directory)
+    meta = read_meta(directory)
+    if meta.get("format") != FORMAT_VERSION:
+        raise StoreDamaged(f"format {meta.get('format')}, this emulator reads format {FORMAT_VERSION}")
+    if key is not None and meta.get("key") != key:
+        raise StoreDamaged(f"it holds the data of key {meta.get('key')}, not {key}")
+    if verify:
+        for name, recorded in meta["files"].items():
+            found = _describe(directory / f"{name}.npy") if (directory / f"{name}.npy").is_file() else None
+            if found != recorded:
+                why = "missing" if found is None else "changed since it was written"
+                raise StoreDamaged(f"{name}.npy is {why}")
+    files = meta["files"]
+
+    def mapped(name: str) -> np.ndarray | None:
+        return np.load(directory / f"{name}.npy", mmap_mode="r") if name in files else None
+
+    classes = meta["num_classes"]
+    train = ArrayDataset(mapped("train_x"), mapped("train_y"), classes, _tuple(meta["mean"]), _tuple(meta["std"]))
+    test = ArrayDataset(mapped("test_x"), mapped("test_y"), classes, _tuple(meta["test_mean"]),
+                        _tuple(meta["test_std"]), mapped("test_owner"))
+    offsets = np.load(directory / "device_offsets.npy")  # devices + 1 integers: in memory, read at every job
+    placed = int(offsets[-1])
+    server = np.arange(placed, placed + meta["server_samples"], dtype=np.int64)
+    local = local_offsets = None
+    if "local_x" in files:
+        local = ArrayDataset(mapped("local_x"), mapped("local_y"), classes, train.mean, train.std)
+        local_offsets = np.load(directory / "local_offsets.npy")
+    return Federation(train, test, offsets, None, server, local, local_offsets,
+                      counts=mapped("label_counts"), stored=str(directory))
+
+
+def read_meta(directory: Path) -> dict:
+    try:
+        return json.loads((Path(directory) / "meta.json").read_text())
+    except FileNotFoundError:
+        raise StoreDamaged("meta.json is missing (an unfinished write)") from None
+    except (OSError, ValueError) as exc:
+        raise StoreDamaged(f"meta.json is unreadable ({exc})") from None
+
+
+def _tuple(values) -> tuple[float, ...] | None:
+    return None if values is None else tuple(values)
+
+
+def _describe(path: Path) -> dict:
+    """A file's header facts, size and digest: whole up to FULL_DIGEST_BYTES, else SAMPLED_BLOCKS spread blocks
+    (the first and last among them), so opening 10 GB of data reads 16 MB of it."""
+    size = path.stat().st_size
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        if size <= FULL_DIGEST_BYTES:
+            digest.update(handle.read())
+        else:
+            for start in np.linspace(0, size - BLOCK, SAMPLED_BLOCKS).astype(np.int64):
+                handle.seek(int(start))
+                digest.update(handle.read(BLOCK))
+    facts = {"bytes": size, "digest": digest.hexdigest(), "shape": None, "dtype": None}
+    try:
+        array = np.load(path, mmap_mode="r")
+    except ValueError:  # a header that does not match the file's size (truncated): unreadable as an array
+        return facts
+    facts.update(shape=list(array.shape), dtype=str(array.dtype))
+    return facts
+
+
+# ----------------------------------------------------------------------------------------------- the cache
+def content_key(data, devices: int, seed: int, types, builder_module: str | None,
+                roots: list[Path] = ()) -> tuple[str, dict]:
+    """(key, what it was made of) for a scenario's data: the data section (less where the cache is), the
+    population's size and latent types, the seed, the format, the source of the code that makes the data
+    (this package, the seeding and the dataset's own module) and the files it reads (names, sizes, times)."""
+    described = {"format": FORMAT_VERSION, "data": data.model_dump(mode="json", exclude={"store", "download"}),
+                 "devices": int(devices), "seed": int(seed),
+                 "types": None if types is None else [t.model_dump(mode="json") for t in types]}
+    described["code"] = _code_digest(builder_module)
+    described["files"] = _files_signature(roots)
+    blob = json.dumps(described, sort_keys=True, default=str).encode()
+    name = str(data.dataset).replace("/", "_")[:40]
+    return f"{name}-{devices}-{hashlib.sha256(blob).hexdigest()[:20]}", described
+
+
+def _code_digest(builder_module: str | None) -> str:
+    """The content of the modules that make a federation: a change to any of them is other data."""
+    import sys
+
+    package = Path(__file__).resolve().parent
+    paths = sorted(package.glob("*.py")) + [package.parent / "seeding.py"]
+    module = sys.modules.get(builder_module or "")
+    if getattr(module, "__file__", None):
+        paths.append(Path(module.__file__))
+    digest = hashlib.sha256()
+    for path in paths:
+        digest.update(path.name.encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()[:20]
+
+
+def _files_signature(roots, limit: int = 500) -> list:
+    """(path, size, modification time) of the files under `roots` (at most `limit`): data read from files is
+    other data when they change."""
+    found = []
+    for root in roots:
+        root = Path(root).expanduser()
+        if root.is_file():
+            stat = root.stat()
+            found.append([str(root), stat.st_size, stat.st_mtime_ns])
+            continue
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*"))[:limit]:
+            if path.is_file():
+                stat = path.stat()
+                found.append([str(path), stat.st_size, stat.st_mtime_ns])
+    return found
+
+
+def cached_federation(key: str, cache: Path, build: Callable[[], Federation], notify: Callable[[str], None],
+                      described: dict | None = None,
+                      write: Callable[[Path], None] | None = None) -> Federation:
+    """The federation stored under `cache`/`key`: opened when it is there and whole; otherwise (never
+    written, damaged, stale) made (`write(directory)` when given, which writes the format itself, else
+    `build()` and write_federation), then opened. A damaged or stale directory is named, removed and rebuilt."""
+    directory = Path(cache) / key
+    if directory.exists():
+        try:
+            return open_federation(directory, verify=True, key=key)
+        except StoreDamaged as why:
+            notify(f"note: the data cache at {directory} cannot be used ({why}); rebuilding it")
+            shutil.rmtree(directory, ignore_errors=True)
+    started = time.perf_counter()
+    if write is not None:
+        write(directory)
+    else:
+        write_federation(build(), directory, key, described)
+    notify(f"data written to {directory} in {time.perf_counter() - started:.1f} s; later runs of the same data "
+           "read it from there")
+    return open_federation(directory, verify=False, key=key)

@@ -1,0 +1,183 @@
+"""The on-disk federation (data.store: disk, emulator/data/store.py): the same samples as in memory, a path in
+the object store instead of the data, a cache keyed by content, and damaged or stale caches rebuilt, never read.
+
+That whole runs give the same metrics from either store is checked scenario by scenario in
+test_shipped_scenarios.py (its Ray runs read the on-disk format, its in-process runs hold the data in memory).
+"""
+from __future__ import annotations
+
+import json
+import pickle
+
+import numpy as np
+import pytest
+
+from emulator.data import build_federation, federation_for
+from emulator.data.store import (StoreDamaged, cached_federation, content_key, open_federation, read_meta,
+                                 write_federation)
+from emulator.driver import run_scenario
+from emulator.parts import validate_scenario
+
+
+def scenario(**overrides):
+    base = {"name": "store", "seed": 3, "rounds": 2,
+            "data": {"dataset": "synthetic", "synthetic": {"min_samples": 8, "max_samples": 60},
+                     "partition": {"scheme": "dirichlet", "alpha": 0.5, "min_samples": 4},
+                     "server_set": {"size": 40}, "local_test": {"fraction": 0.25, "min_samples": 1}},
+            "population": {"devices": 60}, "model": "mlp",
+            "algorithm": {"name": "fedavg", "clients_per_round": 6, "local_steps": 2, "batch_size": 8},
+            "system": {"model": "ideal"}, "runtime": {"backend": "inline"}}
+    for dotted, value in overrides.items():
+        node = base
+        *path, last = dotted.split(".")
+        for key in path:
+            node = node.setdefault(key, {})
+        node[last] = value
+    return validate_scenario(base)
+
+
+def built(run):
+    return build_federation(run.data, run.population.devices, run.seed, run.population.types)
+
+
+def same_tensors(a, b) -> bool:
+    return all(np.array_equal(x.numpy(), y.numpy()) for x, y in zip(a, b))
+
+
+def test_the_stored_federation_holds_every_device_s_samples_as_memory_did(tmp_path):
+    run = scenario()
+    memory = built(run)
+    stored = open_federation(write_federation(memory, tmp_path / "k", "k"), key="k")
+
+    assert stored.device_indices is None and isinstance(stored.train.x, np.memmap)
+    assert np.array_equal(stored.sizes, memory.sizes)
+    for device in range(memory.num_devices):
+        assert same_tensors(memory.train.tensors(memory.device_samples(device)),
+                            stored.train.tensors(stored.device_samples(device))), device
+    assert same_tensors(memory.train.tensors(memory.server_indices), stored.train.tensors(stored.server_indices))
+    assert len(stored.server_indices) == 40
+    assert same_tensors(memory.test.tensors(), stored.test.tensors())
+    assert same_tensors(memory.local_test.tensors(), stored.local_test.tensors())
+    assert np.array_equal(memory.local_offsets, stored.local_offsets)
+    assert np.array_equal(memory.label_counts(), stored.label_counts())
+
+
+def test_a_stored_federation_travels_as_its_path_and_its_rows_are_read_only(tmp_path):
+    memory = built(scenario())
+    stored = open_federation(write_federation(memory, tmp_path / "k", "k"))
+    shipped = pickle.dumps(stored)
+    assert len(shipped) < 1000 < len(pickle.dumps(memory))  # the object store carries a path, not the data
+    received = pickle.loads(shipped)
+    assert received.stored == str(tmp_path / "k")
+    assert np.array_equal(received.train.y, memory.train.y[np.concatenate(
+        [memory.device_indices, memory.server_indices])])
+    with pytest.raises(ValueError):
+        received.train.x[0] = 1.0  # mapped read-only: no process can change what the others read
+    # tensors are copies of the rows asked for: training may change them in place
+    x, _ = received.train.tensors(received.device_samples(0))
+    x.add_(1.0)
+    assert same_tensors(received.train.tensors(received.device_samples(0)), memory.train.tensors(
+        memory.device_samples(0)))
+
+
+def test_the_cache_is_reused_for_the_same_data_and_keyed_by_what_makes_it(tmp_path):
+    run = scenario(**{"data.store": {"mode": "disk", "cache": str(tmp_path)}})
+    lines = []
+    first = federation_for(run.data, run.population.devices, run.seed, None, lines.append)
+    assert len(lines) == 1 and lines[0].startswith("data written to")
+    second = federation_for(run.data, run.population.devices, run.seed, None, lines.append)
+    assert len(lines) == 1 and second.stored == first.stored  # read, not written again
+
+    key = content_key(run.data, 60, 3, None, "emulator.parts.builtins")[0]
+    assert key == content_key(scenario(**{"data.store": {"mode": "disk", "cache": "/elsewhere"}}).data, 60, 3,
+                              None, "emulator.parts.builtins")[0]  # where the cache is: not part of the data
+    for other in (content_key(run.data, 60, 4, None, "emulator.parts.builtins"),
+                  content_key(run.data, 61, 3, None, "emulator.parts.builtins"),
+                  content_key(scenario(**{"data.partition.alpha": 0.6}).data, 60, 3, None, "emulator.parts.builtins")):
+        assert other[0] != key
+
+
+def damage_train_rows(directory):
+    with open(directory / "train_x.npy", "r+b") as handle:
+        handle.seek(-8, 2)
+        handle.write(b"\x7f" * 8)
+
+
+def truncate_labels(directory):
+    with open(directory / "train_y.npy", "r+b") as handle:
+        handle.truncate(handle.seek(0, 2) - 16)
+
+
+def remove_meta(directory):
+    (directory / "meta.json").unlink()
+
+
+def older_format(directory):
+    meta = read_meta(directory)
+    meta["format"] = 0
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+@pytest.mark.parametrize("spoil, why", [(damage_train_rows, "train_x.npy is changed since it was written"),
+                                        (truncate_labels, "train_y.npy is changed since it was written"),
+                                        (remove_meta, "meta.json is missing"),
+                                        (older_format, "format 0")])
+def test_a_damaged_or_stale_cache_is_named_and_rebuilt_never_read(tmp_path, spoil, why):
+    memory = built(scenario())
+    builds, lines = [], []
+
+    def build():
+        builds.append(1)
+        return memory
+
+    cached_federation("k", tmp_path, build, lines.append)
+    spoil(tmp_path / "k")
+    with pytest.raises(StoreDamaged, match=why.split(" is ")[0] if " is " in why else why):
+        open_federation(tmp_path / "k", key="k")
+    again = cached_federation("k", tmp_path, build, lines.append)
+
+    assert len(builds) == 2
+    assert any(why in line and "rebuilding" in line for line in lines), lines
+    rows = np.concatenate([memory.device_indices, memory.server_indices])
+    assert np.array_equal(again.train.x, memory.train.x[rows]) and np.array_equal(again.train.y, memory.train.y[rows])
+    assert open_federation(tmp_path / "k", key="k").num_devices == memory.num_devices  # whole again
+
+
+def test_a_cache_holding_other_data_under_the_key_is_not_read(tmp_path):
+    write_federation(built(scenario()), tmp_path / "k", "another key")
+    with pytest.raises(StoreDamaged, match="another key"):
+        open_federation(tmp_path / "k", key="k")
+
+
+def test_a_write_that_fails_midway_leaves_no_cache(tmp_path, monkeypatch):
+    import emulator.data.store as store
+
+    def failing(path, array):
+        raise OSError("No space left on device")
+
+    monkeypatch.setattr(store, "_write_array", failing)
+    with pytest.raises(OSError):
+        write_federation(built(scenario()), tmp_path / "k", "k")
+    assert list(tmp_path.iterdir()) == []  # neither the directory nor its temporary twin
+
+
+def test_a_run_from_the_disk_gives_the_metrics_of_a_run_from_memory(tmp_path):
+    rows = {}
+    for mode in ("memory", "disk"):
+        run = scenario(**{"data.store": {"mode": mode, "cache": str(tmp_path / "cache")},
+                          "evaluation": {"every": 1, "devices": {}}})
+        result = run_scenario(run, tmp_path / mode)
+        assert result.summary["status"] == "completed"
+        rows[mode] = [{k: v for k, v in row.items() if "wall" not in k} for row in result.rows]
+    assert rows["disk"] == rows["memory"]
+    assert (tmp_path / "cache").is_dir()
+
+
+def test_auto_keeps_small_populations_in_memory_and_writes_large_ones(tmp_path):
+    from emulator.scenario.data import DISK_FROM_DEVICES
+
+    small = scenario(**{"data.store": {"cache": str(tmp_path)}})
+    assert small.data.store.mode == "auto" and not small.data.store.on_disk(small.population.devices)
+    assert federation_for(small.data, 60, 3).stored is None
+    assert small.data.store.on_disk(DISK_FROM_DEVICES)
+    assert scenario(**{"data.store": "disk"}).data.store.mode == "disk"  # the shorthand
