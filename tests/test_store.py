@@ -181,3 +181,26 @@ def test_auto_keeps_small_populations_in_memory_and_writes_large_ones(tmp_path):
     assert federation_for(small.data, 60, 3).stored is None
     assert small.data.store.on_disk(DISK_FROM_DEVICES)
     assert scenario(**{"data.store": "disk"}).data.store.mode == "disk"  # the shorthand
+
+
+def test_a_federation_larger_than_memory_is_built_in_unlinked_scratch_files(tmp_path, monkeypatch):
+    """Under scratch_space a builder's large arrays are memory maps of files already removed, and the data
+    drawn a chunk at a time into them is the data drawn at once into memory."""
+    import emulator.data.scratch as scratch
+    import emulator.data.synthetic as synthetic
+    from emulator.scenario import SyntheticConfig
+
+    for iid in (True, False):
+        cfg = SyntheticConfig(iid=iid, min_samples=5, max_samples=40)
+        whole = synthetic.generate_synthetic(cfg, 300, np.random.default_rng(11))
+        monkeypatch.setattr(scratch, "LARGE_BYTES", 1024)
+        monkeypatch.setattr(synthetic, "CHUNK_BYTES", 3000)  # a few devices a chunk, a device split never
+        with scratch.scratch_space(tmp_path) as directory:
+            train, test, per_device = synthetic.generate_synthetic(cfg, 300, np.random.default_rng(11))
+            assert isinstance(train.x, np.memmap) and isinstance(test.x, np.memmap)
+            assert list(directory.iterdir()) == []  # unlinked: nothing left behind if the process dies
+        assert not directory.exists()
+        monkeypatch.undo()
+        assert np.array_equal(train.x, whole[0].x) and np.array_equal(train.y, whole[0].y)
+        assert np.array_equal(test.x, whole[1].x) and np.array_equal(test.y, whole[1].y)
+        assert all(np.array_equal(a, b) for a, b in zip(per_device, whole[2]))

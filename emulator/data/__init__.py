@@ -8,6 +8,7 @@ import numpy as np
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.local_split import with_local_test, with_own_test_split
 from emulator.data.partition import partition, partition_types
+from emulator.data.scratch import scratch_space
 from emulator.data.server_set import carve_server_set
 from emulator.data.store import cached_federation, content_key, default_cache
 from emulator.data.vision import VISION_DATASETS, DataUnavailableError, default_roots, load_vision
@@ -41,7 +42,12 @@ def federation_for(data: DataConfig, devices: int, seed: int, types=None,
                                                  else [])
     key, described = content_key(data, devices, seed, types, DATASETS.get(data.dataset).build.__module__, roots)
     cache = Path(data.store.cache).expanduser() if data.store.cache else default_cache()
-    return cached_federation(key, cache, lambda: build_federation(data, devices, seed, types), notify, described)
+
+    def build() -> Federation:  # its large arrays are unlinked files under the cache: page cache, not memory
+        with scratch_space(cache):
+            return build_federation(data, devices, seed, types)
+
+    return cached_federation(key, cache, build, notify, described)
 
 
 def assemble_federation(data: DataConfig, devices: int, seed: int, types, train: ArrayDataset, test: ArrayDataset,

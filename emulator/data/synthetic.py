@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from emulator.data.federation import ArrayDataset
+from emulator.data.scratch import large_array
 from emulator.scenario import SyntheticConfig
 
 
@@ -24,39 +25,77 @@ def generate_synthetic(cfg: SyntheticConfig, devices: int, rng: np.random.Genera
                        ) -> tuple[ArrayDataset, ArrayDataset, list[np.ndarray]]:
     """(train pool, pooled test set, per-device index lists into the train pool).
 
-    The train pool is ordered by device, so device k's indices are one contiguous range.
+    The train pool is ordered by device, so device k's indices are one contiguous range. The samples are
+    drawn a chunk of devices at a time (one random stream, so the same numbers whatever the chunk) into
+    large_array's, which are files when a federation is built for the disk (data/scratch.py).
     """
     d, c = cfg.dimension, cfg.classes
     sizes = device_sizes(cfg, devices, rng)
     offsets = np.concatenate([[0], np.cumsum(sizes)])
-    owner = np.repeat(np.arange(devices), sizes)
-    total = int(offsets[-1])
     scale = np.power(np.arange(1, d + 1, dtype=np.float32), np.float32(-0.6))  # sqrt of the diagonal Sigma
     if cfg.iid:
-        weights = np.broadcast_to(rng.normal(0, 1, (1, c, d)), (devices, c, d))
-        bias = np.broadcast_to(rng.normal(0, 1, (1, c)), (devices, c))
-        centres = np.zeros((devices, d), dtype=np.float32)
+        shared_w = rng.normal(0, 1, (1, c, d)).astype(np.float32)[0]
+        shared_b = rng.normal(0, 1, (1, c)).astype(np.float32)[0]
+        weights = bias = centres = None
     else:
         u = rng.normal(0, cfg.alpha, devices)
         b_mean = rng.normal(0, cfg.beta, devices)
-        weights = rng.normal(u[:, None, None], 1, (devices, c, d))
-        bias = rng.normal(u[:, None], 1, (devices, c))
-        centres = rng.normal(b_mean[:, None], 1, (devices, d)).astype(np.float32)
-    x = rng.standard_normal((total, d), dtype=np.float32)
-    x *= scale
-    y = np.empty(total, dtype=np.int64)
-    w32, b32 = weights.astype(np.float32), bias.astype(np.float32)
-    for k in range(devices):  # one small matmul per device; a gathered (n, c, d) tensor would not fit
-        rows = slice(offsets[k], offsets[k + 1])
-        x[rows] += centres[k]
-        y[rows] = (x[rows] @ w32[k].T + b32[k]).argmax(1)
+        weights = _drawn((devices, c, d), lambda k: rng.normal(u[k, None, None], 1, (len(k), c, d)))
+        bias = _drawn((devices, c), lambda k: rng.normal(u[k, None], 1, (len(k), c)))
+        centres = _drawn((devices, d), lambda k: rng.normal(b_mean[k, None], 1, (len(k), d)))
 
-    # Hold out test_fraction of each device's samples (at least one when it has two or more).
+    # Hold out test_fraction of each device's samples (at least one when it has two or more): the first ones,
+    # as samples are i.i.d. within a device.
     n_test = np.where(sizes >= 2, np.maximum(1, np.floor(sizes * cfg.test_fraction)), 0).astype(np.int64)
-    rank = np.arange(total) - offsets[owner]
-    is_test = rank < n_test[owner]  # samples are i.i.d. within a device, so the first ones will do
-    train = ArrayDataset(x[~is_test], y[~is_test], c)
-    test = ArrayDataset(x[is_test], y[is_test], c)
-    bounds = np.concatenate([[0], np.cumsum(sizes - n_test)])
-    per_device = [np.arange(bounds[k], bounds[k + 1], dtype=np.int64) for k in range(devices)]
+    train_offsets, test_offsets = _offsets(sizes - n_test), _offsets(n_test)
+    train_x, train_y = large_array((train_offsets[-1], d), np.float32), large_array(train_offsets[-1], np.int64)
+    test_x, test_y = large_array((test_offsets[-1], d), np.float32), large_array(test_offsets[-1], np.int64)
+    zero = np.zeros(d, dtype=np.float32)
+    for first, last in _chunks(offsets, d * 4):
+        x = rng.standard_normal((int(offsets[last] - offsets[first]), d), dtype=np.float32)
+        x *= scale
+        y = np.empty(len(x), dtype=np.int64)
+        for k in range(first, last):  # one small matmul per device; a gathered (n, c, d) tensor would not fit
+            rows = slice(offsets[k] - offsets[first], offsets[k + 1] - offsets[first])
+            x[rows] += zero if centres is None else centres[k]
+            w, b = (shared_w, shared_b) if weights is None else (weights[k], bias[k])
+            y[rows] = (x[rows] @ w.T + b).argmax(1)
+        rank = np.arange(len(x)) - np.repeat(offsets[first:last] - offsets[first], sizes[first:last])
+        is_test = rank < np.repeat(n_test[first:last], sizes[first:last])
+        into = slice(train_offsets[first], train_offsets[last])
+        train_x[into], train_y[into] = x[~is_test], y[~is_test]
+        into = slice(test_offsets[first], test_offsets[last])
+        test_x[into], test_y[into] = x[is_test], y[is_test]
+    train = ArrayDataset(train_x, train_y, c)
+    test = ArrayDataset(test_x, test_y, c)
+    per_device = [np.arange(train_offsets[k], train_offsets[k + 1], dtype=np.int64) for k in range(devices)]
     return train, test, per_device
+
+
+CHUNK_BYTES = 32 << 20  # the samples drawn at once
+
+
+def _offsets(sizes: np.ndarray) -> np.ndarray:
+    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
+
+
+def _chunks(offsets: np.ndarray, row_bytes: int) -> list[tuple[int, int]]:
+    """Consecutive device ranges [first, last) of about CHUNK_BYTES of samples each (one device at least)."""
+    rows = max(1, CHUNK_BYTES // row_bytes)
+    chunks, first = [], 0
+    while first < len(offsets) - 1:
+        last = max(first + 1, int(np.searchsorted(offsets, offsets[first] + rows, side="right")) - 1)
+        chunks.append((first, last))
+        first = last
+    return chunks
+
+
+def _drawn(shape: tuple, draw) -> np.ndarray:
+    """A per-device float32 array of float64 draws, `draw(devices)` a chunk of devices at a time (the same
+    numbers as one draw of the whole: the stream is consumed in the same order)."""
+    out = large_array(shape, np.float32)
+    per_device = max(1, int(np.prod(shape[1:], dtype=np.int64)) * 8)
+    step = max(1, CHUNK_BYTES // per_device)
+    for start in range(0, shape[0], step):
+        out[start:start + step] = draw(np.arange(start, min(shape[0], start + step)))
+    return out

@@ -29,6 +29,7 @@ TRAINING_COPIES = {"sgd": 4, "adam": 6}
 class Footprint:
     parts: dict[str, int]  # what -> bytes
     unknown: list[str]     # what could not be estimated (a plugin dataset's size, say)
+    on_disk: int = 0       # data.store: disk: the data's bytes in files, read through the shared page cache
 
     @property
     def total(self) -> int:
@@ -37,7 +38,9 @@ class Footprint:
     def describe(self) -> str:
         parts = ", ".join(f"{name} {size_text(size)}" for name, size in self.parts.items())
         missing = f"; not counted: {', '.join(self.unknown)}" if self.unknown else ""
-        return f"about {size_text(self.total)} ({parts}){missing}"
+        disk = (f"; the data on disk, memory-mapped: {size_text(self.on_disk)} of files, shared by every process "
+                "through the page cache" if self.on_disk else "")
+        return f"about {size_text(self.total)} ({parts}){missing}{disk}"
 
 
 def size_text(n: int) -> str:
@@ -58,9 +61,9 @@ def samples_of(data, devices: int) -> tuple[int, int] | None:
 
 def estimate(scenario, runners: int | None = None) -> Footprint:
     """The scenario's memory on the driver's machine: its population, its data (in the driver and once more
-    in Ray's object store, which the runners on a machine share), each runner's training copies and the
-    server's."""
-    parts, unknown = {}, []
+    in Ray's object store, which the runners on a machine share; or, with data.store on disk, files that
+    every process maps, counted apart), each runner's training copies and the server's."""
+    parts, unknown, on_disk = {}, [], 0
     devices = scenario.population.devices
     parts["population"] = devices * BYTES_PER_DEVICE
     counts = samples_of(scenario.data, devices)
@@ -70,7 +73,10 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
         unknown.append(f"the data of {scenario.data.dataset!r}")
     else:
         per_sample = math.prod(shape(scenario.data)) * FLOAT + 8  # features and the label
-        parts["data (driver and object store)"] = 2 * sum(counts) * per_sample
+        if scenario.data.store.on_disk(devices):
+            on_disk = sum(counts) * per_sample
+        else:
+            parts["data (driver and object store)"] = 2 * sum(counts) * per_sample
     params = _parameters(scenario, entry)
     if params is None:
         unknown.append(f"the model {scenario.model.name!r}")
@@ -81,7 +87,7 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
         group = (runtime.group_size or scenario.algorithm.clients_per_round) if runtime.vectorise else 1
         parts[f"{count} runners' training"] = count * group * copies * params * FLOAT
         parts["server"] = 6 * params * FLOAT  # the global vector, the mean, its optimizer's moments, a checkpoint
-    return Footprint(parts, unknown)
+    return Footprint(parts, unknown, on_disk)
 
 
 def _parameters(scenario, entry) -> int | None:
