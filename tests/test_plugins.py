@@ -277,16 +277,19 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
 
 def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(
         lab, tmp_path):
-    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for two claims: every
+    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for three claims: every
     actor imports the plugin package the driver shipped (runtime_env), never a copy on its own path, even
-    with the package in the driver's working directory (which Ray hands on to workers); and a run's four
-    runners spread over both nodes give the metrics of a run in one process."""
+    with the package in the driver's working directory (which Ray hands on to workers); a run's four
+    runners spread over both nodes give the metrics of a run in one process; and with data.store: disk the
+    runners on both nodes read the data from its files, so Ray's memory summary finds the object store
+    holding an eighth or less of what the same run from memory puts there (the data, ~200 MB), with the
+    same metrics."""
     imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
     with open(lab / "fedlab" / "__init__.py", "a") as init:
         init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
     stateful = tmp_path / "stateful.yaml"
     stateful.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
-    plugin_out, spread_out = tmp_path / "plugin-run", tmp_path / "spread-run"
+    plugin_out, spread_out, cache = tmp_path / "plugin-run", tmp_path / "spread-run", tmp_path / "cache"
     script = textwrap.dedent(f"""
         import sys
         from ray.cluster_utils import Cluster
@@ -300,11 +303,29 @@ def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners
                        cluster.address, "--quiet", "--set", "runtime.runners=4"]),
                  main(["run", {str(stateful)!r}, "--out", {str(spread_out)!r}, "--address", cluster.address,
                        "--quiet"])]
+        # the data on disk: both nodes map the files, the object store holds the models and what runs them
+        import json, re, ray, emulator
+        from ray._private.internal_api import memory_summary
+        plasma = []
+        def measure(row):
+            text = memory_summary(ray.get_runtime_context().gcs_address, stats_only=True)
+            plasma.append(int(re.search(r"Plasma memory usage (\d+) MiB", text)[1]))
+        for mode in ("disk", "memory"):
+            emulator.run({str(ROOT / "scenarios/cluster/population_100k.yaml")!r}, address=cluster.address,
+                         out={str(tmp_path)!r} + "/stored-" + mode, progress=measure,
+                         overrides=["rounds=2", "population.devices=20000", "algorithm.clients_per_round=40",
+                                    "runtime.runners=4", "data.store=" + json.dumps(dict(mode=mode, cache={str(cache)!r}))])
+        print("plasma MiB", plasma, file=sys.stderr)
+        emulator.shutdown()  # the API's session on the cluster, before its nodes go
         cluster.shutdown()
-        sys.exit(max(codes))
+        sys.exit(max(codes + [0 if max(plasma[:2]) * 8 < min(plasma[2:]) else 3]))
     """)
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=lab)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    for mode in ("disk", "memory"):
+        summary = json.loads((tmp_path / f"stored-{mode}" / "summary.json").read_text())
+        assert summary["status"] == "completed" and summary["runner_nodes"] == 2, summary
+    assert comparable(tmp_path / "stored-disk") == comparable(tmp_path / "stored-memory")
     shipped = "/runtime_resources/py_modules_files/"
     lines = [line.split(" ", 1) for line in imports.read_text().splitlines()]
     local = {pid for pid, path in lines if shipped not in path}

@@ -204,3 +204,11 @@ def test_a_federation_larger_than_memory_is_built_in_unlinked_scratch_files(tmp_
         assert np.array_equal(train.x, whole[0].x) and np.array_equal(train.y, whole[0].y)
         assert np.array_equal(test.x, whole[1].x) and np.array_equal(test.y, whole[1].y)
         assert all(np.array_equal(a, b) for a, b in zip(per_device, whole[2]))
+
+
+def test_a_process_that_cannot_see_the_stored_data_says_where_it_is_and_what_to_do(tmp_path):
+    stored = open_federation(write_federation(built(scenario()), tmp_path / "k", "k"))
+    shipped = pickle.dumps(stored)
+    (tmp_path / "k").rename(tmp_path / "elsewhere")  # as a node without the driver's file system sees it
+    with pytest.raises(FileNotFoundError, match=r"data.store.cache .* every node mounts.*docs/cluster.md"):
+        pickle.loads(shipped)

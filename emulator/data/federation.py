@@ -101,9 +101,9 @@ class Federation:
         the receiving process maps the same files, which the data's key and digests were checked for."""
         if self.stored is None:
             return super().__reduce_ex__(protocol)
-        from emulator.data.store import open_federation
+        from emulator.data.store import reopen
 
-        return open_federation, (self.stored, False)
+        return reopen, (self.stored,)
 
     @classmethod
     def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],

@@ -162,6 +162,19 @@ def open_federation(directory: Path | str, verify: bool = True, key: str | None 
                       counts=mapped("label_counts"), stored=str(directory))
 
 
+def reopen(directory: str) -> Federation:
+    """A stored federation in another process (how it unpickles): the same files, already checked by the
+    driver; a node that cannot see them is told where they are and what to do."""
+    if not (Path(directory) / "meta.json").is_file():
+        import socket
+
+        raise FileNotFoundError(
+            f"the run's data is stored in {directory} on the driver's machine, and {socket.gethostname()} cannot "
+            "see it: set data.store.cache (or $EMULATOR_DATA_CACHE) to a directory every node mounts, or "
+            "data.store: memory to ship the data through the object store (docs/cluster.md)")
+    return open_federation(directory, verify=False)
+
+
 def read_meta(directory: Path) -> dict:
     try:
         return json.loads((Path(directory) / "meta.json").read_text())
