@@ -38,7 +38,7 @@ class Footprint:
     def describe(self) -> str:
         parts = ", ".join(f"{name} {size_text(size)}" for name, size in self.parts.items())
         missing = f"; not counted: {', '.join(self.unknown)}" if self.unknown else ""
-        disk = (f"; the data on disk, memory-mapped: {size_text(self.on_disk)} of files, shared by every process "
+        disk = (f"; the data on disk, memory-mapped: up to {size_text(self.on_disk)} of files, shared by every process "
                 "through the page cache" if self.on_disk else "")
         return f"about {size_text(self.total)} ({parts}){missing}{disk}"
 
