@@ -149,6 +149,7 @@ def _validate(args) -> int:
     from emulator.parts import load_scenario
     from emulator.scenario import dump_scenario
 
+    from emulator.data.store import cache_space
     from emulator.system.checks import machine_memory
     from emulator.system.footprint import estimate
 
@@ -160,6 +161,11 @@ def _validate(args) -> int:
         print(f"# memory: {footprint.describe()}; this machine has {memory / 2 ** 30:,.1f} GiB"
               + (" (not enough: lower population.devices or the data, or use a larger machine)"
                  if footprint.total > memory else ""), file=sys.stderr)
+        if footprint.on_disk:
+            cache, free = cache_space(scenario.data.store)
+            print(f"# disk: the data cache {cache} has {free / 2 ** 30:,.1f} GiB free"
+                  + (" (perhaps not enough: point data.store.cache at a larger disk, or lower population.devices)"
+                     if footprint.on_disk > free else ""), file=sys.stderr)
     return EXIT_OK
 
 

@@ -100,5 +100,10 @@ def test_validate_prints_what_the_scenario_will_hold_in_memory_and_says_when_it_
     err = capsys.readouterr().err
     assert "# memory: about 530 MiB (population 0 MiB, data (driver and object store) 420 MiB, 3 runners' " \
            "training 82 MiB, server 27 MiB); this machine has" in err, err
-    assert main(["validate", QUICKSTART, "--set", "population.devices=100000000"]) == 0
+    assert main(["validate", QUICKSTART, "--set", "population.devices=100000000", "--set", "data.store=memory"]) == 0
     assert "GiB (not enough: lower population.devices or the data" in capsys.readouterr().err
+    # on disk (data.store: auto at this size) the data is counted against the cache's free disk instead
+    assert main(["validate", QUICKSTART, "--set", "population.devices=100000000"]) == 0
+    err = capsys.readouterr().err
+    assert "the data on disk, memory-mapped: up to " in err and "# disk: the data cache " in err, err
+    assert "(perhaps not enough: point data.store.cache at a larger disk" in err, err  # 10^8 x 80 samples

@@ -10,7 +10,7 @@ from emulator.data.local_split import with_local_test, with_own_test_split
 from emulator.data.partition import partition, partition_types
 from emulator.data.scratch import scratch_space
 from emulator.data.server_set import carve_server_set
-from emulator.data.store import cached_federation, content_key, default_cache
+from emulator.data.store import cache_directory, cached_federation, content_key
 from emulator.data.vision import VISION_DATASETS, DataUnavailableError, default_roots, load_vision
 from emulator.registry import DATASETS
 from emulator.scenario import DataConfig, ScenarioError
@@ -41,7 +41,7 @@ def federation_for(data: DataConfig, devices: int, seed: int, types=None,
     roots = [Path(data.root)] if data.root else (default_roots(data.dataset) if data.dataset in VISION_DATASETS
                                                  else [])
     key, described = content_key(data, devices, seed, types, DATASETS.get(data.dataset).build.__module__, roots)
-    cache = Path(data.store.cache).expanduser() if data.store.cache else default_cache()
+    cache = cache_directory(data.store)
 
     def build() -> Federation:  # its large arrays are unlinked files under the cache: page cache, not memory
         with scratch_space(cache):

@@ -49,6 +49,20 @@ def default_cache() -> Path:
     return Path.home() / ".cache" / "emulator" / "federations"
 
 
+def cache_directory(store) -> Path:
+    """Where a scenario's data.store keeps federations."""
+    return Path(store.cache).expanduser() if store.cache else default_cache()
+
+
+def cache_space(store) -> tuple[Path, int]:
+    """(the cache directory, the bytes free on its disk), measured at its nearest existing ancestor."""
+    directory = cache_directory(store)
+    probe = directory
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    return directory, shutil.disk_usage(probe).free
+
+
 # ----------------------------------------------------------------------------------------------- writing
 def write_federation(federation: Federation, directory: Path, key: str, described: dict | None = None) -> Path:
     """Write `federation` as the format under `directory` (replacing what is there), in chunks of at most
