@@ -18,6 +18,7 @@ import argparse
 import csv
 import os
 import re
+import shutil
 import statistics
 import subprocess
 import sys
@@ -77,7 +78,7 @@ class Sampler(threading.Thread):
     def __init__(self, root: int, every: float = 0.3):
         super().__init__(daemon=True)
         self.root, self.every, self.stop = root, every, threading.Event()
-        self.peak_total, self.peak = 0, {}
+        self.peak_total, self.peak, self.peak_anon = 0, {}, 0
 
     def run(self) -> None:
         while not self.stop.is_set():
@@ -88,9 +89,36 @@ class Sampler(threading.Thread):
                     for part, kb in found.items():
                         sample[kind_of(pid, self.root)][part] += kb
             total = sum(sum(parts.values()) for parts in sample.values())
+            self.peak_anon = max(self.peak_anon, sum(parts["anon"] for parts in sample.values()))
             if total > self.peak_total:
                 self.peak_total, self.peak = total, sample
             self.stop.wait(self.every)
+
+
+BUILD = """
+import sys, time
+from emulator.parts import load_scenario
+from emulator.data import federation_for
+scenario = load_scenario(sys.argv[1], [f"population.devices={sys.argv[2]}", "data.store=disk"])
+started = time.perf_counter()
+federation_for(scenario.data, scenario.population.devices, scenario.seed, scenario.population.types)
+print(time.perf_counter() - started)
+"""
+
+
+def build_once(devices: int, cache: Path) -> tuple[float, int]:
+    """Write the data to the cache in a process of its own: (seconds, its peak anonymous PSS in kB), so
+    the run measured after it is a run from the cache, as every later run and sweep member is."""
+    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(SCENARIO), str(devices)], stdout=subprocess.PIPE,
+                            text=True, env={**os.environ, "EMULATOR_DATA_CACHE": str(cache)})
+    sampler = Sampler(proc.pid)
+    sampler.start()
+    stdout, _ = proc.communicate()
+    sampler.stop.set()
+    sampler.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"writing the data of {devices} devices failed (exit {proc.returncode})")
+    return float(stdout.strip().splitlines()[-1]), sampler.peak_anon
 
 
 def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: Path, out: Path) -> dict:
@@ -112,8 +140,6 @@ def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: P
     if proc.returncode != 0:
         row["error"] = (stderr.strip().splitlines() or ["(no output)"])[-1][:100]
         return row
-    written = re.search(r"data written to (\S+) in ([\d.]+) s", stderr)
-    row["write_s"] = float(written[2]) if written else None
     with open(out / "metrics.csv", newline="") as handle:
         walls = [float(r["wall_time_s"]) for r in csv.DictReader(handle)]
     row["round_s"] = statistics.median(np.diff(walls)) if len(walls) > 2 else walls[-1] / len(walls)
@@ -165,21 +191,30 @@ def main() -> None:
     parser.add_argument("--cache", type=Path, default=None, help="a data cache to reuse (default: a fresh one)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="scale-"))
-    cache = args.cache or work / "cache"
+    try:
+        measure(args, work, args.cache or work / "cache")
+    finally:  # the runs and a fresh cache (10 GB at 10^6 devices) go; a --cache given is kept
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, work: Path, cache: Path) -> None:
     plan = [(n, "disk") for n in args.devices]
     if args.baseline_memory:
         plan.insert(plan.index((args.baseline_memory, "disk")) + 1 if (args.baseline_memory, "disk") in plan
                     else len(plan), (args.baseline_memory, "memory"))
     print(f"{SCENARIO.name}, {args.rounds} rounds, {os.cpu_count()} CPUs; PSS peak of all the run's processes "
-          "(MB); anonymous memory by process at that peak", flush=True)
+          "(MB); anonymous memory by process at that peak. On disk the data is written first, by a process of its "
+          "own (write s; w. anon: its peak anonymous MB), then the run reads it from the cache", flush=True)
     header = (f"{'N':>9} {'store':>6} | {'total':>7} {'anon':>6} {'file':>6} {'shmem':>6} | {'driver':>6} "
-              f"{'runners':>7} {'server':>6} {'ray':>5} | {'s/round':>7} {'write s':>7} {'open s':>6} | "
-              f"{'warm p50/p99 ms':>15} {'cold p50/p99 ms':>15}")
+              f"{'runners':>7} {'server':>6} {'ray':>5} | {'s/round':>7} {'write s':>7} {'w. anon':>7} "
+              f"{'open s':>6} | {'warm p50/p99 ms':>15} {'cold p50/p99 ms':>15}")
     print(header)
     print("-" * len(header))
     rows = []
     for devices, mode in plan:
+        write_s, build_anon = build_once(devices, cache) if mode == "disk" else (None, None)
         row = run_once(devices, mode, args.rounds, args.clients_per_round, cache, work / f"{mode}-{devices}")
+        row.update(write_s=write_s, build_anon=build_anon)
         rows.append(row)
         if row["code"] != 0:
             print(f"{devices:>9} {mode:>6} | failed (exit {row['code']}): {row['error']}", flush=True)
@@ -190,7 +225,8 @@ def main() -> None:
         print(f"{devices:>9} {mode:>6} | {megabytes(row['peak_total']):>7} {megabytes(parts['anon']):>6} "
               f"{megabytes(parts['file']):>6} {megabytes(parts['shmem']):>6} | "
               + " ".join(f"{megabytes(peak[k]['anon']):>{w}}" for k, w in zip(KINDS, (6, 7, 6, 5)))
-              + f" | {row['round_s']:>7.2f} {row['write_s'] or 0:>7.1f} "
+              + f" | {row['round_s']:>7.2f} "
+              + (f"{write_s:>7.1f} {megabytes(build_anon):>7} " if write_s is not None else f"{'':>15} ")
               + (f"{read['open_s']:>6.2f} | {read['warm'][0]:>6.2f}/{read['warm'][1]:<8.2f} "
                  f"{read['cold'][0]:>6.2f}/{read['cold'][1]:<8.2f}" if read else f"{'':>6} |"), flush=True)
         row["anon"] = parts["anon"]
