@@ -246,3 +246,26 @@ def test_data_sharing_devices_train_on_their_data_plus_the_server_set():
     assert update.num_samples == federation.sizes[3] + 50
     work = algorithm.samples_processed(np.array([3]), federation.sizes)
     assert work[0] == algorithm.local_training(3).samples_processed(federation.sizes[3] + 50)
+
+
+def test_scaffold_keeps_device_controls_on_disk_and_resumes_as_an_uninterrupted_run(tmp_path):
+    """The devices' controls live in the run directory's device_state/scaffold/ (not one array per device in
+    memory or in each checkpoint); a run stopped after round 5 (checkpoint at 4) and resumed ends with the
+    metrics of one that was not, so the store gives back each control as it stood."""
+    from conftest import comparable
+
+    from emulator.driver import resume_run
+
+    raw = small_scenario(**{"rounds": 7, "output.checkpoint_every": 2, "system.model": "ideal",
+                            "algorithm": {**small_scenario()["algorithm"], "name": "scaffold"}})
+    reference = run_scenario(validate_scenario(raw), tmp_path / "reference")
+    assert any((reference.path / "device_state" / "scaffold").glob("slots-*.f32"))
+
+    def stop(row):
+        if row["round"] == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_scenario(validate_scenario(raw), tmp_path / "run", on_round=stop)
+    resume_run(tmp_path / "run")
+    assert comparable(tmp_path / "run") == comparable(reference.path)

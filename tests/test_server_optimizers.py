@@ -298,7 +298,7 @@ def test_scaffold_derives_controls_with_the_rounds_client_rate():
                          "client_lr_schedule": {"kind": "step", "milestones": [2], "gamma": 0.5}})
     scaffold.plan_round(2)  # K = 2, eta_l = 0.25: delta_c = -delta / (K eta_l) - c = -[1, -1] / 0.5 - 0
     scaffold.aggregate(np.zeros(2, np.float32), iter([update([1.0, -1.0], steps=2)]), 2)
-    np.testing.assert_allclose(scaffold.device_controls[0], [-2.0, 2.0])
+    np.testing.assert_allclose(scaffold.device_controls.get(0), [-2.0, 2.0])
 
 
 # ------------------------------------------------------------------------------------- end to end

@@ -5,6 +5,10 @@ first time a device reports). A device runs y <- y - eta_l (g(y) - c_i + c), and
 c_i+ = c_i - c + (x - y) / (K eta_l) ("option II"), so the server can derive it from the delta alone:
 delta_c = c_i+ - c_i = -delta_y / (K eta_l) - c. Server: x <- x + eta_g mean(delta_y),
 c <- c + |S| / N mean(delta_c). Devices download x and c and upload delta_y and delta_c: twice the bytes.
+
+The devices' controls live in a DeviceStateStore (the run directory's device_state/scaffold/): a model's
+worth of floats for every device that ever reported would not fit in memory at 10^6 devices, and a
+checkpoint then records only which slot holds whose control.
 """
 from __future__ import annotations
 
@@ -16,6 +20,7 @@ from pydantic import Field, model_validator
 from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
+from emulator.recording.device_state import DeviceStateStore
 from emulator.scenario.base import ScenarioFieldError
 from emulator.scenario.training import ClientTraining
 
@@ -45,7 +50,8 @@ class Scaffold(FedAvg):
     def __init__(self, config, context):
         super().__init__(config, context)
         self.control = np.zeros(context.num_params, dtype=np.float32)
-        self.device_controls: dict[int, np.ndarray] = {}
+        self.device_controls = DeviceStateStore(_subdirectory(context.state_dir, "scaffold"), context.num_devices,
+                                                context.num_params)
         mask = context.parameter_mask
         self._mask = np.ones(context.num_params, dtype=bool) if mask is None else mask
 
@@ -71,14 +77,28 @@ class Scaffold(FedAvg):
         steps, lr = update.stats.steps, self.lr["client_lr"]  # the round's eta_l (client_lr_schedule)
         delta_c = np.where(self._mask, -update.delta / (steps * lr) - self.control, 0.0).astype(np.float32)
         old = self.device_controls.get(update.device)
-        self.device_controls[update.device] = delta_c if old is None else old + delta_c
+        self.device_controls.put(update.device, delta_c if old is None else old + delta_c)
         self._control_mean.add(delta_c, weight)
         self._reporters += 1
 
     def state(self):
-        return {**super().state(), "control": self.control.copy(), "device_controls": dict(self.device_controls)}
+        return {**super().state(), "control": self.control.copy(), "device_controls": self.device_controls.state()}
 
     def load_state(self, state):
         super().load_state(state)
         self.control = np.asarray(state["control"], dtype=np.float32).copy()
-        self.device_controls = {int(k): np.asarray(v, dtype=np.float32) for k, v in state["device_controls"].items()}
+        controls = state["device_controls"]
+        if "generation" in controls:
+            self.device_controls.load_state(controls)
+        else:  # a checkpoint from before the store: device -> control, in memory
+            for device, control in sorted(controls.items()):
+                self.device_controls.put(int(device), np.asarray(control, dtype=np.float32))
+
+
+def _subdirectory(state_dir, name: str):
+    """A directory of its own under the run's device state (None: a temporary one, as the store makes)."""
+    def locate():
+        found = state_dir() if callable(state_dir) else state_dir
+        return None if found is None else f"{found}/{name}"
+
+    return locate
