@@ -373,8 +373,10 @@ class _Data:
         self.scenario, self.federation, self.profile, self.notify = scenario, federation, profile, notify
         self.error: BaseException | None = None
         self.thread = None
-        if federation is not None:
-            self._check(federation)
+        if federation is not None:  # data handed over from Python: written to the data cache when on disk
+            self.federation = federation_for(scenario.data, scenario.population.devices, scenario.seed,
+                                             scenario.population.types, notify, given=federation)
+            self._check(self.federation)
         elif background:
             self.thread = threading.Thread(target=self._build_quietly, name="emulator-data", daemon=True)
             self.thread.start()

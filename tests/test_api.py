@@ -353,3 +353,20 @@ def test_a_failed_resume_keeps_the_summary_it_held(ray_session, tmp_path):
                                                                      if k not in figures}
     assert after["status"] == "interrupted" and after["rounds_completed"] == len(rows)
     assert "resume_error" in after
+
+
+def test_data_handed_over_from_python_is_written_to_the_data_cache_and_gives_the_same_run(tmp_path):
+    """data.store: disk with emulator.run(data=...): the arrays are written once under their fingerprint's key
+    and mapped, with the metrics of the same data held in memory; the same data again reads the cache."""
+    x, y, xt, yt = arrays(seed=5)
+    users = np.arange(len(y)) % 40
+    runs = {}
+    for order, mode in enumerate(("memory", "disk", "disk")):
+        lines = []
+        runs[mode] = emulator.run(unsplit(), data=(x, y, xt, yt), users=users, out=tmp_path / f"{mode}{order}",
+                                  overrides={"data.store": {"mode": mode, "cache": str(tmp_path / "cache")}},
+                                  notify=lines.append, **quiet())
+        assert any(line.startswith("data written to") for line in lines) == (order == 1)  # then read
+    stored = list((tmp_path / "cache").iterdir())
+    assert len(stored) == 1 and stored[0].name.startswith("memory-40-"), stored
+    assert comparable(runs["disk"].path) == comparable(runs["memory"].path)

@@ -33,21 +33,25 @@ def build_federation(data: DataConfig, devices: int, seed: int, types=None) -> F
 
 
 def federation_for(data: DataConfig, devices: int, seed: int, types=None,
-                   notify=lambda line: None) -> Federation:
-    """build_federation's federation, held as data.store says: in memory, or written once under its content
-    key (data/store.py) and memory-mapped, so that no process holds the samples as memory of its own."""
+                   notify=lambda line: None, given: Federation | None = None) -> Federation:
+    """build_federation's federation (or `given`: data handed over from Python, emulator.run(data=...)), held
+    as data.store says: in memory, or written once under its content key (data/store.py) and memory-mapped,
+    so that no process holds the samples as memory of its own."""
+    def build() -> Federation:
+        return given if given is not None else build_federation(data, devices, seed, types)
+
     if not data.store.on_disk(devices):
-        return build_federation(data, devices, seed, types)
+        return build()
     roots = [Path(data.root)] if data.root else (default_roots(data.dataset) if data.dataset in VISION_DATASETS
                                                  else [])
     key, described = content_key(data, devices, seed, types, DATASETS.get(data.dataset).build.__module__, roots)
     cache = cache_directory(data.store)
 
-    def build() -> Federation:  # its large arrays are unlinked files under the cache: page cache, not memory
+    def build_in_scratch() -> Federation:  # its large arrays are unlinked files under the cache, not memory
         with scratch_space(cache):
-            return build_federation(data, devices, seed, types)
+            return build()
 
-    return cached_federation(key, cache, build, notify, described)
+    return cached_federation(key, cache, build_in_scratch, notify, described)
 
 
 def assemble_federation(data: DataConfig, devices: int, seed: int, types, train: ArrayDataset, test: ArrayDataset,

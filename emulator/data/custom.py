@@ -339,7 +339,7 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
     and the data has no split), and, for the nominal dataset synthetic, its dimension and classes."""
     raw = copy.deepcopy(raw)
     data = {key: value for key, value in (raw.get("data") or {}).items()
-            if key in ("partition", "server_set", "test_samples")}  # where samples come from no longer applies
+            if key in ("partition", "server_set", "test_samples", "store")}  # where samples come from no longer applies
     data["dataset"] = "memory"
     data["options"] = {"shape": list(custom.train.input_shape), "classes": custom.train.num_classes,
                        "fingerprint": custom.fingerprint or fingerprint(custom), "form": custom.form,
