@@ -6,6 +6,7 @@ when a device's or a batch's samples are taken, so a whole dataset can sit once 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 import torch
@@ -95,15 +96,14 @@ class Federation:
     local_offsets: np.ndarray | None = None  # int64, shape (devices + 1,)
     counts: np.ndarray | None = None  # label_counts(), where it was stored with the data
     stored: str | None = None  # the directory a stored federation was opened from: it travels as that path
+    reopen: Callable[[str], "Federation"] | None = None  # how a process opens `stored` (data/store.py's reopen)
 
     def __reduce_ex__(self, protocol):
         """A stored federation pickles as its directory (Ray's object store carries a path, not the data):
         the receiving process maps the same files, which the data's key and digests were checked for."""
         if self.stored is None:
             return super().__reduce_ex__(protocol)
-        from emulator.data.store import reopen
-
-        return reopen, (self.stored,)
+        return self.reopen, (self.stored,)
 
     @classmethod
     def from_lists(cls, train: ArrayDataset, test: ArrayDataset, per_device: list[np.ndarray],

@@ -173,7 +173,7 @@ def open_federation(directory: Path | str, verify: bool = True, key: str | None 
         local = ArrayDataset(mapped("local_x"), mapped("local_y"), classes, train.mean, train.std)
         local_offsets = np.load(directory / "local_offsets.npy")
     return Federation(train, test, offsets, None, server, local, local_offsets,
-                      counts=mapped("label_counts"), stored=str(directory))
+                      counts=mapped("label_counts"), stored=str(directory), reopen=reopen)
 
 
 def reopen(directory: str) -> Federation:
