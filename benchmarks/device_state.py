@@ -5,7 +5,7 @@ to hold it, each in its own child process (so one's memory does not count in the
 the child's peak resident memory above its start:
 
 - dict: a numpy vector per device in a Python dict (how SCAFFOLD's control variates are held);
-- store: emulator/recording/device_state.py, fixed-width float32 slots in an append-only file, an int64
+- store: emulator/device_state.py, fixed-width float32 slots in an append-only file, an int64
   index per device in memory.
 
 Each writes every device's vector once and then reads back a sample of them; the store also takes a
@@ -34,7 +34,7 @@ def _peak_mib() -> float:
 
 
 def child(kind: str, devices: int, width: int) -> dict:
-    from emulator.recording.device_state import DeviceStateStore
+    from emulator.device_state import DeviceStateStore
 
     base = _peak_mib()
     vector = np.arange(width, dtype=np.float32)

@@ -36,7 +36,7 @@ from emulator.parts import load_scenario
 from emulator.parts.plugins import innermost, module_files, users_paths
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording import health
-from emulator.recording.device_state import DEVICE_STATE_DIR
+from emulator.device_state import DEVICE_STATE_DIR
 from emulator.recording.recorder import Recorder, stamp, thread_record
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check_writable
 from emulator.runtime import gpu_share, inline

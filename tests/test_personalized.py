@@ -1,5 +1,5 @@
 """Personalization with per-device state that lasts: FedPer's personal layers, Ditto's personal models, the
-on-disk store that holds them (emulator/recording/device_state.py), its checkpoints and kill -9."""
+on-disk store that holds them (emulator/device_state.py), its checkpoints and kill -9."""
 from __future__ import annotations
 
 import csv
@@ -20,7 +20,7 @@ from emulator.params import layout
 from emulator.params import load as load_params
 from emulator.parts import validate_scenario
 from emulator.recording import checkpoint as checkpoints
-from emulator.recording.device_state import DeviceStateStore
+from emulator.device_state import DeviceStateStore
 from emulator.training.local import evaluate_per_sample
 from emulator.training.personal import personal_params
 
@@ -224,3 +224,29 @@ def test_compression_with_layers_that_never_travel_is_refused(tmp_path, capsys):
     config.write_text(yaml.safe_dump(scenario(FEDPER, rounds=2, compression={"kind": "top_k", "fraction": 0.1})))
     assert main(["run", str(config), "--out", str(tmp_path / "run"), "--quiet"]) == 2
     assert "compression: algorithm 'fedper' keeps part of the model" in capsys.readouterr().err
+
+
+def test_checkpoints_from_before_the_store_load_their_controls_and_residuals(tmp_path):
+    """SCAFFOLD's device controls and error feedback's residuals were dicts of arrays in a checkpoint; such a
+    checkpoint still loads, into the stores that hold them now."""
+    from emulator.algorithms import AlgorithmContext, build_algorithm
+    from emulator.uplink.pipeline import UploadPipeline
+
+    scenario = validate_scenario(small_scenario(**{"algorithm": {**small_scenario()["algorithm"], "name": "scaffold"},
+                                                   "compression": {"kind": "top_k", "fraction": 0.5}}))
+    context = AlgorithmContext(num_devices=40, device_sizes=np.full(40, 10), num_params=3, seed=0, total_rounds=4,
+                               server_samples=0, server_train=None, model_name="m", state_dir=lambda: str(tmp_path))
+    scaffold = build_algorithm(scenario.algorithm, context)
+    old = {**scaffold.state(), "device_controls": {7: np.array([1, 2, 3], np.float32)}}
+    scaffold.load_state(old)
+    assert np.array_equal(scaffold.device_controls.get(7), [1, 2, 3]) and scaffold.device_controls.get(6) is None
+    again = build_algorithm(scenario.algorithm, context)
+    again.load_state(scaffold.state())  # and the new form round-trips
+    assert np.array_equal(again.device_controls.get(7), [1, 2, 3])
+
+    pipeline = UploadPipeline(scenario, 3, tmp_path)
+    pipeline.load_state({"residuals": {5: np.array([0.5, 0, 1], np.float32)}, "residual_round": {5: 2}})
+    assert np.array_equal(pipeline.residuals.get(5), [0.5, 0, 1]) and pipeline.residual_round[5] == 2
+    restored = UploadPipeline(scenario, 3, tmp_path)  # a resume: the same run directory
+    restored.load_state(pipeline.state())
+    assert np.array_equal(restored.residuals.get(5), [0.5, 0, 1]) and restored.residual_round[5] == 2

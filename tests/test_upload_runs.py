@@ -42,6 +42,8 @@ def test_error_feedback_residuals_carry_across_rounds_and_a_resume(ray_session, 
     part = run_scenario(validate_scenario(small_scenario(**{**STATEFUL, "rounds": 4}, **topk)), tmp_path / "part").path
     resume_run(part, overrides=["rounds=7"], notify=lambda message: None)
     assert comparable(part) == comparable(whole)
+    # kept in the run directory's device state (slots on disk, a slot index in checkpoints), not on the heap
+    assert any((whole / "device_state" / "residuals").glob("slots-*.f32"))
     ages = [r["residual_age"] for r in rows(whole)]
     assert any(age not in ("", None) and float(age) >= 1 for age in ages[4:])  # devices came back to their residual
     without = rows(run_scenario(validate_scenario(small_scenario(**STATEFUL, compression={

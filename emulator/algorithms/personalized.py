@@ -6,7 +6,7 @@ whole model of its own, trained on its data with a pull lam/2 ||v - w||^2 toward
 beside the global update FedAvg runs. What each device is scored with (evaluation.devices) is its own
 model: the global vector with its own entries in place (a device that never trained holds the global one).
 
-The state lives in a DeviceStateStore (emulator/recording/device_state.py): only devices that trained hold
+The state lives in a DeviceStateStore (emulator/device_state.py): only devices that trained hold
 any, on disk under the run directory, and checkpoints hold its index. A user's personalized algorithm
 (APFL, FedRep...) subclasses `Personalized` in a plugin and sets `personal` to its Personalization.
 """
@@ -19,7 +19,7 @@ from pydantic import Field, field_validator
 
 from emulator.algorithms.fedavg import FedAvg, local_training_from
 from emulator.errors import ScenarioError
-from emulator.recording.device_state import DeviceStateStore
+from emulator.device_state import DeviceStateStore
 from emulator.scenario.training import ClientTraining
 from emulator.training.personal import Personalization, ditto_steps
 

@@ -20,7 +20,7 @@ from pydantic import Field, model_validator
 from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import ClientUpdate
 from emulator.algorithms.fedavg import FedAvg
-from emulator.recording.device_state import DeviceStateStore
+from emulator.device_state import DeviceStateStore, within
 from emulator.scenario.base import ScenarioFieldError
 from emulator.scenario.training import ClientTraining
 
@@ -50,7 +50,7 @@ class Scaffold(FedAvg):
     def __init__(self, config, context):
         super().__init__(config, context)
         self.control = np.zeros(context.num_params, dtype=np.float32)
-        self.device_controls = DeviceStateStore(_subdirectory(context.state_dir, "scaffold"), context.num_devices,
+        self.device_controls = DeviceStateStore(within(context.state_dir, "scaffold"), context.num_devices,
                                                 context.num_params)
         mask = context.parameter_mask
         self._mask = np.ones(context.num_params, dtype=bool) if mask is None else mask
@@ -94,11 +94,3 @@ class Scaffold(FedAvg):
             for device, control in sorted(controls.items()):
                 self.device_controls.put(int(device), np.asarray(control, dtype=np.float32))
 
-
-def _subdirectory(state_dir, name: str):
-    """A directory of its own under the run's device state (None: a temporary one, as the store makes)."""
-    def locate():
-        found = state_dir() if callable(state_dir) else state_dir
-        return None if found is None else f"{found}/{name}"
-
-    return locate

@@ -89,7 +89,7 @@ class FederatedServer:
         self._floors: dict[int, float] = {}  # cohort size -> random-cohort TV floor (from the seed: not saved)
         self.server_x, self.server_y = federation.train.tensors(federation.server_indices)
         self.server_samples_this_round = 0
-        self.upload = UploadPipeline(self.scenario, len(self.params))  # DP clipping and noise, compression
+        self.upload = UploadPipeline(self.scenario, len(self.params), lambda: self.state_dir)  # DP, compression
         self.secagg = None  # secure aggregation's cost model (emulator/uplink/secagg.py)
         if self.scenario.secure_aggregation is not None:
             config = self.scenario.secure_aggregation

@@ -15,6 +15,7 @@ from dataclasses import replace
 import numpy as np
 
 from emulator.aggregation.mean import WeightedMean
+from emulator.device_state import DeviceStateStore, within
 from emulator.seeding import rng
 from emulator.uplink import compression as codec
 from emulator.uplink.privacy import clip
@@ -27,12 +28,17 @@ COMPRESSION_COLUMNS = ("compression_error", "residual_norm", "residual_age")
 class UploadPipeline:
     """Per run: the compression scheme and each device's residual, the DP mechanism and its accountant."""
 
-    def __init__(self, scenario, num_params: int):
+    def __init__(self, scenario, num_params: int, state_dir=None):
+        """`state_dir`: the run's device state directory (or a callable giving it; None: a temporary one),
+        where error feedback keeps each device's residual: a model's worth of floats per device that reported
+        would not fit in memory at 10^6 devices."""
         self.seed = scenario.seed
         self.num_params = num_params
         self.scheme = scenario.compression
-        self.residuals: dict[int, np.ndarray] = {}  # device -> what its encoder left out so far (float32)
-        self.residual_round: dict[int, int] = {}  # device -> the round its residual was last updated
+        devices = scenario.population.devices
+        # device -> what its encoder left out so far (float32), and the round it was last updated (-1: none)
+        self.residuals = DeviceStateStore(within(state_dir, "residuals"), devices, num_params)
+        self.residual_round = np.full(devices, -1, dtype=np.int64)
         self.dp = self.accountant = None
         privacy = scenario.privacy
         if privacy is not None:  # imported only with DP, for start-up speed (dp-accounting is heavy)
@@ -98,7 +104,7 @@ class UploadPipeline:
             norm = float(np.linalg.norm(target))
             tally.errors.append(float(np.linalg.norm(decoded - target)) / norm if norm > 0 else 0.0)
             if self.scheme.error_feedback:
-                self.residuals[device] = new_residual.astype(np.float32)
+                self.residuals.put(device, new_residual.astype(np.float32))
                 self.residual_round[device] = round_index
                 tally.residual_norms.append(float(np.linalg.norm(new_residual)))
             delta = decoded
@@ -162,16 +168,24 @@ class UploadPipeline:
     # ------------------------------------------------------------------------------------------ state
     def state(self) -> dict:
         state = {}
-        if self.residuals:
-            state["residuals"] = {d: r.copy() for d, r in self.residuals.items()}
-            state["residual_round"] = dict(self.residual_round)
+        if len(self.residuals):
+            devices = self.residuals.devices()
+            state["residuals"] = self.residuals.state()
+            state["residual_round"] = {"devices": devices, "rounds": self.residual_round[devices].copy()}
         if self.dp is not None:
             state["dp"], state["accountant"] = self.dp.state(), self.accountant.state()
         return state
 
     def load_state(self, state: dict) -> None:
-        self.residuals = {int(d): np.asarray(r, np.float32).copy() for d, r in state.get("residuals", {}).items()}
-        self.residual_round = {int(d): int(r) for d, r in state.get("residual_round", {}).items()}
+        residuals, rounds = state.get("residuals", {}), state.get("residual_round", {})
+        self.residual_round[:] = -1
+        if "generation" in residuals:
+            self.residuals.load_state(residuals)
+            self.residual_round[np.asarray(rounds["devices"], np.int64)] = np.asarray(rounds["rounds"], np.int64)
+        else:  # a checkpoint from before the store: device -> residual, device -> round, in memory
+            for device, residual in sorted(residuals.items()):
+                self.residuals.put(int(device), np.asarray(residual, np.float32))
+                self.residual_round[int(device)] = int(rounds[device])
         if self.dp is not None:
             self.dp.load_state(state["dp"])
             self.accountant.load_state(state["accountant"])

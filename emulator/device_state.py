@@ -156,3 +156,13 @@ class DeviceStateStore:
     def _generations(self) -> list[int]:
         found = (_FILE.match(p.name) for p in self._directory.iterdir()) if self._directory.exists() else ()
         return sorted(int(m.group(1)) for m in found if m)
+
+
+def within(state_dir, name: str) -> Callable[[], str | None]:
+    """A directory of its own under a run's device state (`state_dir`: a path, a callable giving one, or None
+    for a temporary directory), asked for when the store makes its first file."""
+    def locate():
+        found = state_dir() if callable(state_dir) else state_dir
+        return None if found is None else str(Path(found) / name)
+
+    return locate
