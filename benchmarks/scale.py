@@ -99,18 +99,18 @@ BUILD = """
 import sys, time
 from emulator.parts import load_scenario
 from emulator.data import federation_for
-scenario = load_scenario(sys.argv[1], [f"population.devices={sys.argv[2]}", "data.store=disk"])
+scenario = load_scenario(sys.argv[1], [f"population.devices={sys.argv[2]}", "data.store=disk", *sys.argv[3:]])
 started = time.perf_counter()
 federation_for(scenario.data, scenario.population.devices, scenario.seed, scenario.population.types)
 print(time.perf_counter() - started)
 """
 
 
-def build_once(devices: int, cache: Path) -> tuple[float, int]:
+def build_once(devices: int, cache: Path, extra: list[str]) -> tuple[float, int]:
     """Write the data to the cache in a process of its own: (seconds, its peak anonymous PSS in kB), so
     the run measured after it is a run from the cache, as every later run and sweep member is."""
-    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(SCENARIO), str(devices)], stdout=subprocess.PIPE,
-                            text=True, env={**os.environ, "EMULATOR_DATA_CACHE": str(cache)})
+    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(SCENARIO), str(devices), *extra],
+                            stdout=subprocess.PIPE, text=True, env={**os.environ, "EMULATOR_DATA_CACHE": str(cache)})
     sampler = Sampler(proc.pid)
     sampler.start()
     stdout, _ = proc.communicate()
@@ -121,10 +121,13 @@ def build_once(devices: int, cache: Path) -> tuple[float, int]:
     return float(stdout.strip().splitlines()[-1]), sampler.peak_anon
 
 
-def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: Path, out: Path) -> dict:
+def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: Path, out: Path,
+             extra: list[str]) -> dict:
     args = [sys.executable, "-m", "emulator", "run", str(SCENARIO), "--quiet", "--out", str(out),
             "--set", f"rounds={rounds}", "--set", f"population.devices={devices}", "--set", f"data.store={mode}",
             "--set", "evaluation.every=1000", "--set", "output.checkpoint_every=0"]
+    for override in extra:
+        args += ["--set", override]
     if clients:
         args += ["--set", f"algorithm.clients_per_round={clients}"]
     started = time.perf_counter()
@@ -188,6 +191,8 @@ def main() -> None:
     parser.add_argument("--baseline-memory", type=int, default=100000, help="N also run with data.store: memory")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients-per-round", type=int, default=None, help="default: the scenario's 1000")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="a scenario override for every run, e.g. data.partition={scheme: natural}")
     parser.add_argument("--cache", type=Path, default=None, help="a data cache to reuse (default: a fresh one)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="scale-"))
@@ -212,8 +217,9 @@ def measure(args, work: Path, cache: Path) -> None:
     print("-" * len(header))
     rows = []
     for devices, mode in plan:
-        write_s, build_anon = build_once(devices, cache) if mode == "disk" else (None, None)
-        row = run_once(devices, mode, args.rounds, args.clients_per_round, cache, work / f"{mode}-{devices}")
+        write_s, build_anon = build_once(devices, cache, args.set) if mode == "disk" else (None, None)
+        row = run_once(devices, mode, args.rounds, args.clients_per_round, cache, work / f"{mode}-{devices}",
+                       args.set)
         row.update(write_s=write_s, build_anon=build_anon)
         rows.append(row)
         if row["code"] != 0:
