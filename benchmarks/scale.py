@@ -113,18 +113,24 @@ print("stored", federation.stored)
 """
 
 
-def build_once(devices: int, cache: Path, extra: list[str]) -> dict:
-    """Write the data to the cache in a process of its own, so the run measured after it is a run from the
-    cache, as every later run and sweep member is: its directory, the seconds the store's own "data written
-    to DIR in X s" line gives (None: it was in the cache already) and the process's peak anonymous PSS (kB)."""
-    proc = subprocess.Popen([sys.executable, "-c", BUILD, str(SCENARIO), str(devices), *extra],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+def sampled(args: list[str], cache: Path) -> tuple[subprocess.Popen, str, str, Sampler]:
+    """Run `args` to the end with the data cache at `cache`, its process tree's memory sampled throughout."""
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "EMULATOR_DATA_CACHE": str(cache)})
     sampler = Sampler(proc.pid)
     sampler.start()
     stdout, stderr = proc.communicate()
     sampler.stop.set()
     sampler.join()
+    return proc, stdout, stderr, sampler
+
+
+def build_once(devices: int, cache: Path, extra: list[str]) -> dict:
+    """Write the data to the cache in a process of its own, so the run measured after it is a run from the
+    cache, as every later run and sweep member is: its directory, the seconds the store's own "data written
+    to DIR in X s" line gives (None: it was in the cache already) and the process's peak anonymous PSS (kB)."""
+    proc, stdout, stderr, sampler = sampled([sys.executable, "-c", BUILD, str(SCENARIO), str(devices), *extra],
+                                            cache)
     if proc.returncode != 0:
         return {"code": proc.returncode, "error": "writing the data: " + last_line(stderr)}
     written = re.search(r"^data written to .* in ([\d.]+) s", stdout, flags=re.M)
@@ -150,13 +156,7 @@ def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: P
     if clients:
         args += ["--set", f"algorithm.clients_per_round={clients}"]
     started = time.perf_counter()
-    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "EMULATOR_DATA_CACHE": str(cache)})
-    sampler = Sampler(proc.pid)
-    sampler.start()
-    stdout, stderr = proc.communicate()
-    sampler.stop.set()
-    sampler.join()
+    proc, stdout, stderr, sampler = sampled(args, cache)
     row = {"code": proc.returncode, "whole_s": time.perf_counter() - started, "peak": sampler.peak,
            "peak_total": sampler.peak_total}
     if proc.returncode != 0:

@@ -338,8 +338,9 @@ def scenario_for(raw: dict, custom: CustomData) -> dict:
     scenario leaves it out, the partition (natural: the data's own split; iid when the scenario gives none
     and the data has no split), and, for the nominal dataset synthetic, its dimension and classes."""
     raw = copy.deepcopy(raw)
+    # where samples come from no longer applies; how they are split, and where they are kept, does
     data = {key: value for key, value in (raw.get("data") or {}).items()
-            if key in ("partition", "server_set", "test_samples", "store")}  # where samples come from no longer applies
+            if key in ("partition", "server_set", "test_samples", "store")}
     data["dataset"] = "memory"
     data["options"] = {"shape": list(custom.train.input_shape), "classes": custom.train.num_classes,
                        "fingerprint": custom.fingerprint or fingerprint(custom), "form": custom.form,

@@ -288,11 +288,10 @@ def _files_signature(roots, limit: int = 500) -> list:
 
 
 def cached_federation(key: str, cache: Path, build: Callable[[], Federation], notify: Callable[[str], None],
-                      described: dict | None = None,
-                      write: Callable[[Path], None] | None = None) -> Federation:
+                      described: dict | None = None) -> Federation:
     """The federation stored under `cache`/`key`: opened when it is there and whole; otherwise (never
-    written, damaged, stale) made (`write(directory)` when given, which writes the format itself, else
-    `build()` and write_federation), then opened. A damaged or stale directory is named, removed and rebuilt."""
+    written, damaged, stale) built, written and opened. A damaged or stale directory is named, removed and
+    rebuilt."""
     directory = Path(cache) / key
     if directory.exists():
         try:
@@ -301,10 +300,7 @@ def cached_federation(key: str, cache: Path, build: Callable[[], Federation], no
             notify(f"note: the data cache at {directory} cannot be used ({why}); rebuilding it")
             shutil.rmtree(directory, ignore_errors=True)
     started = time.perf_counter()
-    if write is not None:
-        write(directory)
-    else:
-        write_federation(build(), directory, key, described)
+    write_federation(build(), directory, key, described)
     notify(f"data written to {directory} in {time.perf_counter() - started:.1f} s; later runs of the same data "
            "read it from there")
     return open_federation(directory, verify=False, key=key)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset
+from emulator.data.federation import ArrayDataset, offsets_of
 from emulator.data.scratch import large_array
 from emulator.scenario import SyntheticConfig
 
@@ -47,7 +47,7 @@ def generate_synthetic(cfg: SyntheticConfig, devices: int, rng: np.random.Genera
     # Hold out test_fraction of each device's samples (at least one when it has two or more): the first ones,
     # as samples are i.i.d. within a device.
     n_test = np.where(sizes >= 2, np.maximum(1, np.floor(sizes * cfg.test_fraction)), 0).astype(np.int64)
-    train_offsets, test_offsets = _offsets(sizes - n_test), _offsets(n_test)
+    train_offsets, test_offsets = offsets_of(sizes - n_test), offsets_of(n_test)
     train_x, train_y = large_array((train_offsets[-1], d), np.float32), large_array(train_offsets[-1], np.int64)
     test_x, test_y = large_array((test_offsets[-1], d), np.float32), large_array(test_offsets[-1], np.int64)
     zero = np.zeros(d, dtype=np.float32)
@@ -73,10 +73,6 @@ def generate_synthetic(cfg: SyntheticConfig, devices: int, rng: np.random.Genera
 
 
 CHUNK_BYTES = 32 << 20  # the samples drawn at once
-
-
-def _offsets(sizes: np.ndarray) -> np.ndarray:
-    return np.concatenate([[0], np.cumsum(sizes)]).astype(np.int64)
 
 
 def _chunks(offsets: np.ndarray, row_bytes: int) -> list[tuple[int, int]]:
