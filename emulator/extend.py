@@ -29,6 +29,7 @@ from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
 from emulator.algorithms.personalized import Personalized
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
+from emulator.data.ragged import RaggedRows
 from emulator.data.scratch import large_array
 from emulator.registry import (
                                register_aggregator,
@@ -68,7 +69,9 @@ __all__ = [
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "Personalized", "Personalization",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
-    "ArrayDataset", "large_array", "Strict", "Count", "Fraction", "PositiveFloat", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig", "DatasetOptions",
+    "ArrayDataset", "RaggedRows", "large_array",
+    "Strict", "Count", "Fraction", "PositiveFloat", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig",
+    "DatasetOptions",
     "PartitionSettings", "SelectionSettings", "AvailabilitySettings", "ServerOptimizerSettings", "ServerOptimizer",
     "ScenarioError",
 ]

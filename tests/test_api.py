@@ -80,7 +80,8 @@ def test_runs_in_one_process_share_the_ray_session_and_the_runners(ray_session, 
         handles = shared_runners()
         return sorted(r._actor_id.hex() for r in handles), sorted(ray.get([r.pid.remote() for r in handles]))
 
-    emulator.run(small_scenario(rounds=2), out=tmp_path / "a", **quiet())
+    on_ray = {"runtime.backend": "ray"}  # the shared runners are Ray's: small_scenario runs in process
+    emulator.run(small_scenario(rounds=2, **on_ray), out=tmp_path / "a", **quiet())
     job = ray.get_runtime_context().get_job_id()
     before = runners()
     # the second run from a worker thread, where no signal handler can be installed (some notebook front ends)
@@ -88,7 +89,7 @@ def test_runs_in_one_process_share_the_ray_session_and_the_runners(ray_session, 
 
     def second():
         try:
-            done["run"] = emulator.run(small_scenario(rounds=2, seed=5), out=tmp_path / "b", **quiet())
+            done["run"] = emulator.run(small_scenario(rounds=2, seed=5, **on_ray), out=tmp_path / "b", **quiet())
         except BaseException as exc:  # pragma: no cover - reported below
             done["error"] = exc
 

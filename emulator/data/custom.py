@@ -18,7 +18,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Optional
 
@@ -27,6 +27,7 @@ from pydantic import Field
 
 from emulator.data import assemble_federation
 from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.ragged import RaggedRows
 from emulator.models.zoo import build_model
 from emulator.recording.rundir import atomic_file, write_atomic
 from emulator.scenario import DatasetOptions, ScenarioError
@@ -81,6 +82,7 @@ def read_data(data: Any, devices=None, users=None, features: str | None = None,
                             "with the user id of every training sample")
     x_train, y_train, train_users = _arrays(train_source, "train", features, label, user_column)
     x_test, y_test, _ = _arrays(test_source, "test", features, label, user_column, need_users=False)
+    x_train, x_test = _common_width(x_train, x_test)
     if x_train.shape[1:] != x_test.shape[1:]:
         raise ScenarioError(f"data=: train samples have shape {x_train.shape[1:]} but test samples "
                             f"{x_test.shape[1:]}; give both sets in one shape")
@@ -156,11 +158,35 @@ def _arrays(source, which: str, features, label, user_column, need_users: bool =
     elif _is_torch(source):
         x, y = _from_torch(source, which)
     elif isinstance(source, (tuple, list)) and len(source) == 2:
-        x, y = (_numpy(v) for v in source)
+        x, y = _inputs(source[0], which), _numpy(source[1])
     else:
         raise ScenarioError(f"data=: the {which} set is a {type(source).__name__}; give an (x, y) pair of arrays, a "
                             "torch Dataset or a Hugging Face Dataset")
     return _features(x, which), _labels(y, which, len(x)), users
+
+
+def _inputs(value, which: str) -> np.ndarray | RaggedRows:
+    """An array of inputs; token sequences of different lengths (a list of 1-D integer arrays, or
+    RaggedRows, which also sets the padded width and the padding token) become RaggedRows."""
+    if isinstance(value, RaggedRows):
+        return value
+    if isinstance(value, (list, tuple)) or isinstance(value, np.ndarray) and value.dtype == object:
+        rows = [_numpy(v) for v in value]
+        if len({r.shape for r in rows}) > 1:
+            if not all(r.ndim == 1 and (r.dtype.kind in "iu" or len(r) == 0) for r in rows):
+                raise ScenarioError(f"data=: the {which} samples differ in shape; give samples of one shape, or "
+                                    "token sequences (1-D integer arrays) of any length")
+            return RaggedRows.from_sequences(rows)
+        return np.stack(rows) if rows else np.zeros((0, 1), np.float32)
+    return _numpy(value)
+
+
+def _common_width(x_train, x_test):
+    """Train and test token sequences padded to one width (the longer of the two sets' longest rows)."""
+    if isinstance(x_train, RaggedRows) and isinstance(x_test, RaggedRows) and x_train.length != x_test.length:
+        width = max(x_train.length, x_test.length)
+        return replace(x_train, length=width), replace(x_test, length=width)
+    return x_train, x_test
 
 
 def _numpy(value) -> np.ndarray:
@@ -169,7 +195,13 @@ def _numpy(value) -> np.ndarray:
     return np.asarray(value)
 
 
-def _features(x: np.ndarray, which: str) -> np.ndarray:
+def _features(x: np.ndarray | RaggedRows, which: str) -> np.ndarray | RaggedRows:
+    if isinstance(x, RaggedRows):
+        if x.dtype.kind not in "iu":
+            raise ScenarioError(f"data=: {which} sequences hold {x.dtype} values; give integer token ids")
+        if x.dtype == np.uint8:  # uint8 inputs are images (scaled to [0, 1]); token ids stay integers
+            return replace(x, values=x.values.astype(np.int16))
+        return x
     if x.ndim < 2:
         raise ScenarioError(f"data=: {which} inputs have shape {x.shape}; give one row (or image) per sample: (N, D) "
                             "features or (N, C, H, W) images")
@@ -220,11 +252,7 @@ def _from_torch(dataset, which: str) -> tuple[np.ndarray, np.ndarray]:
         ys.append(_numpy(item[1]))
     if not xs:
         return np.zeros((0, 1), np.float32), np.zeros(0, np.int64)
-    try:
-        return np.stack(xs), np.stack(ys).reshape(len(ys), -1).squeeze(1)
-    except ValueError as exc:
-        raise ScenarioError(f"data=: the {which} dataset's samples differ in shape ({exc}); give samples of one "
-                            "shape") from None
+    return _inputs(xs, which), np.stack(ys).reshape(len(ys), -1).squeeze(1)
 
 
 def _sample(x) -> np.ndarray:
@@ -268,12 +296,8 @@ def _from_hf(dataset, which: str, features, label, user_column, need_users):
     wanted = [features, label] + ([user_column] if user_column is not None and user_column in columns else [])
     table = dataset.select_columns(wanted).with_format("numpy")[:]
     x = np.asarray(table[features])
-    if x.dtype == object:
-        try:
-            x = np.stack([np.asarray(v) for v in x])
-        except ValueError:
-            raise ScenarioError(f"features={features!r}: the {which} samples differ in shape; give samples of "
-                                "one shape") from None
+    if x.dtype == object:  # rows of different lengths: token sequences (RaggedRows), else refused
+        x = _inputs(x, which)
     if type(dataset.features[features]).__name__ == "Image":
         x = _channels_first(x)
     users = table[user_column] if user_column is not None and user_column in table else None
@@ -324,6 +348,10 @@ def fingerprint(custom: CustomData) -> str:
     digest = hashlib.sha256()
     for array in (custom.train.x, custom.train.y, custom.test.x, custom.test.y):
         digest.update(f"{array.dtype.str}{array.shape}".encode())
+        if isinstance(array, RaggedRows):  # its tokens, where each row starts, and the padding token
+            digest.update(f"pad{array.pad}".encode())
+            digest.update(np.ascontiguousarray(array.offsets, dtype=np.int64).data)
+            array = array.values
         digest.update(np.ascontiguousarray(array).data)
     digest.update(f"split:{custom.split}".encode())
     for indices in custom.per_device or []:

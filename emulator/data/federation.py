@@ -11,6 +11,8 @@ from typing import Callable
 import numpy as np
 import torch
 
+from emulator.data.ragged import RaggedRows
+
 
 def canonical_strides(array: np.ndarray) -> np.ndarray:
     """A C-contiguous array (a view when it already is one) with the strides a fresh array of its shape has.
@@ -29,9 +31,10 @@ def canonical_strides(array: np.ndarray) -> np.ndarray:
 @dataclass
 class ArrayDataset:
     """Samples as arrays. x: (N, C, H, W) uint8 images, (N, D) float32 features or (N, T) token ids (any
-    integer dtype but uint8, e.g. int16: LEAF's Shakespeare); y: (N,) int64 labels."""
+    integer dtype but uint8, e.g. int16: LEAF's Shakespeare), or RaggedRows, token sequences of different
+    lengths read as (N, T) padded rows; y: (N,) int64 labels."""
 
-    x: np.ndarray
+    x: np.ndarray | RaggedRows
     y: np.ndarray
     num_classes: int
     mean: tuple[float, ...] | None = None  # per channel, applied after scaling uint8 to [0, 1]
@@ -48,7 +51,7 @@ class ArrayDataset:
     def tensors(self, indices: np.ndarray | slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised float32 inputs (int64 token ids for integer x other than uint8) and int64 labels for the
         given sample indices (all when None)."""
-        x = self.x if indices is None else self.x[indices]
+        x = np.asarray(self.x) if indices is None else self.x[indices]  # a RaggedRows x pads the rows taken
         y = self.y if indices is None else self.y[indices]
         if not x.flags.writeable:  # a view of a stored (memory-mapped, read-only) column: the rows asked for, copied
             x = np.array(x)
@@ -70,7 +73,8 @@ class ArrayDataset:
 
     def subset(self, indices: np.ndarray) -> "ArrayDataset":
         owner = None if self.owner is None else self.owner[indices]
-        return ArrayDataset(self.x[indices], self.y[indices], self.num_classes, self.mean, self.std, owner)
+        x = self.x.take(indices) if isinstance(self.x, RaggedRows) else self.x[indices]
+        return ArrayDataset(x, self.y[indices], self.num_classes, self.mean, self.std, owner)
 
 
 def offsets_of(sizes: np.ndarray) -> np.ndarray:

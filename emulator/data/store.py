@@ -11,7 +11,10 @@ Layout (format 1): `train_x.npy`, `train_y.npy` (device after device, then the s
 `test_y.npy` (`test_owner.npy` where the data splits its test set by user), and with data.local_test
 `local_x.npy`, `local_y.npy`, `local_offsets.npy`; `meta.json` last, naming every file with its shape, dtype,
 size and a digest. Plain `.npy` files: numpy maps them without a dependency, each column is one file, and a
-text corpus's token rows are a 2-D column like any other (see docs/scenarios.md, "data.store").
+text corpus's fixed-width token rows are a 2-D column like any other. Token sequences of different lengths
+(data/ragged.py) take a second offsets level: `train_x.values.npy` (the tokens, row after row) and
+`train_x.offsets.npy` (row i is values[offsets[i]:offsets[i + 1]]), with meta.json's `ragged` giving the
+width rows are padded to (see docs/scenarios.md, "data.store").
 
 Writing goes to a temporary directory renamed into place, so a run killed mid-write leaves no cache; opening
 checks sizes and digests (all of a small file, 256 spread blocks of a large one) and a directory that fails
@@ -30,7 +33,8 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.federation import ArrayDataset, Federation, offsets_of
+from emulator.data.ragged import RaggedRows, gather_index
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 64 << 20  # what one step of a write copies at most, whatever the data's size
@@ -73,29 +77,34 @@ def write_federation(federation: Federation, directory: Path, key: str, describe
     temporary = directory.with_name(f".{directory.name}.{os.getpid()}.{time.monotonic_ns()}")
     temporary.mkdir()
     try:
-        files = {}
+        files, ragged = {}, {}
         train = federation.train
         device_rows = _device_rows(federation)
         server = np.asarray(federation.server_indices, dtype=np.int64)
-        files["train_x"] = _write_gathered(temporary / "train_x.npy", train.x, device_rows, server)
-        files["train_y"] = _write_gathered(temporary / "train_y.npy", train.y, device_rows, server)
+        everything = np.arange(len(federation.test))
+        columns = [("train_x", train.x, (device_rows, server)), ("train_y", train.y, (device_rows, server)),
+                   ("test_x", federation.test.x, (everything,)), ("test_y", federation.test.y, (everything,))]
+        if federation.local_test is not None:
+            local = np.arange(len(federation.local_test))
+            columns += [("local_x", federation.local_test.x, (local,)), ("local_y", federation.local_test.y, (local,))]
+        for name, source, row_sets in columns:
+            if isinstance(source, RaggedRows):
+                files.update(_write_ragged(temporary, name, source, *row_sets))
+                ragged[name] = {"length": source.length, "pad": source.pad}
+            else:
+                files[name] = _write_gathered(temporary / f"{name}.npy", source, *row_sets)
         files["device_offsets"] = _write_array(temporary / "device_offsets.npy", federation.device_offsets)
         files["label_counts"] = _write_array(temporary / "label_counts.npy",
                                              federation.label_counts().astype(np.int32))
-        everything = np.arange(len(federation.test))
-        files["test_x"] = _write_gathered(temporary / "test_x.npy", federation.test.x, everything)
-        files["test_y"] = _write_gathered(temporary / "test_y.npy", federation.test.y, everything)
         if federation.test.owner is not None:
             files["test_owner"] = _write_array(temporary / "test_owner.npy", federation.test.owner)
         if federation.local_test is not None:
-            local = np.arange(len(federation.local_test))
-            files["local_x"] = _write_gathered(temporary / "local_x.npy", federation.local_test.x, local)
-            files["local_y"] = _write_gathered(temporary / "local_y.npy", federation.local_test.y, local)
             files["local_offsets"] = _write_array(temporary / "local_offsets.npy", federation.local_offsets)
         meta = {"format": FORMAT_VERSION, "key": key, "described": described or {},
                 "num_classes": int(train.num_classes), "mean": _floats(train.mean), "std": _floats(train.std),
                 "test_mean": _floats(federation.test.mean), "test_std": _floats(federation.test.std),
                 "devices": federation.num_devices, "server_samples": int(len(server)), "files": files,
+                "ragged": ragged,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (temporary / "meta.json").write_text(json.dumps(meta, indent=1))
         if directory.exists():
@@ -132,6 +141,26 @@ def _write_gathered(path: Path, source: np.ndarray, *row_sets) -> dict:
     return _describe(path)
 
 
+def _write_ragged(directory: Path, name: str, source: RaggedRows, *row_sets) -> dict:
+    """A column of token sequences as two files: `name`.values (the rows' tokens, row after row) and
+    `name`.offsets (row i is values[offsets[i]:offsets[i + 1]]), the rows taken set after set, in chunks."""
+    rows = np.concatenate([np.arange(len(source))[r] if isinstance(r, slice) else np.asarray(r, np.int64)
+                           for r in row_sets]) if row_sets else np.zeros(0, np.int64)
+    sizes = source.offsets[rows + 1] - source.offsets[rows]
+    offsets = offsets_of(sizes)
+    values_path = directory / f"{name}.values.npy"
+    out = np.lib.format.open_memmap(values_path, mode="w+", dtype=source.values.dtype, shape=(int(offsets[-1]),))
+    step = max(1, CHUNK_BYTES // max(1, source.itemsize * max(1, int(sizes.mean()) if len(sizes) else 1)))
+    for start in range(0, len(rows), step):
+        chunk = slice(start, start + step)
+        out[offsets[start]:offsets[min(start + step, len(rows))]] = source.values[
+            gather_index(source.offsets[rows[chunk]], sizes[chunk])]
+    out.flush()
+    del out
+    return {f"{name}.values": _describe(values_path),
+            f"{name}.offsets": _write_array(directory / f"{name}.offsets.npy", offsets)}
+
+
 def _write_array(path: Path, array: np.ndarray) -> dict:
     np.save(path, np.ascontiguousarray(array))
     return _describe(path)
@@ -159,12 +188,16 @@ def open_federation(directory: Path | str, verify: bool = True, key: str | None 
                 raise StoreDamaged(f"{name}.npy is {why}")
     files = meta["files"]
 
-    def mapped(name: str) -> np.ndarray | None:
+    def mapped(name: str) -> np.ndarray | RaggedRows | None:
+        if name in meta.get("ragged", {}):
+            form = meta["ragged"][name]
+            return RaggedRows(mapped(f"{name}.values"), mapped(f"{name}.offsets"), form["length"], form["pad"])
         return np.load(directory / f"{name}.npy", mmap_mode="r") if name in files else None
 
     train_x, train_y = mapped("train_x"), mapped("train_y")
     for column in (train_x, train_y):  # read a device at a time: a fault reads its pages, not megabytes ahead
-        _random_access(column)
+        for array in (column.values, column.offsets) if isinstance(column, RaggedRows) else (column,):
+            _random_access(array)
 
     classes = meta["num_classes"]
     train = ArrayDataset(train_x, train_y, classes, _tuple(meta["mean"]), _tuple(meta["std"]))
