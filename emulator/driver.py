@@ -42,6 +42,7 @@ from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory, check
 from emulator.runtime import gpu_share, inline
 from emulator.runtime import warm
 from emulator.runtime.cluster import ray_session
+from emulator.runtime.data_nodes import place_on_every_node
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.runner import RunContext, unbox
@@ -324,6 +325,9 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
         directory = start.directory
         try:
             federation = data.result()
+            if federation.stored is not None and not in_process:  # a node without the driver's disk gets a copy
+                with profile.phase("data on every node"):
+                    place_on_every_node(federation.stored, notify)
             context = RunContext(run_key, federation, scenario.model.name, torch_seed(scenario.seed, "model-init"),
                                  scenario.model.options(), tuple(scenario.plugins), runtime.precision)
             context_box = [context] if in_process else [ray.put(context)]
@@ -354,7 +358,8 @@ def _execute_run(scenario: Scenario, start: _Start, on_round, federation, stop, 
             exc.run_dir = directory.path if directory is not None else None
             raise
         except PluginError as exc:  # its advice made true: this run's directory and rounds, or nothing to resume
-            raise exc.resumable(directory and directory.path, len(directory.whole_metrics()[1]) if directory else 0) from exc.__cause__
+            kept = len(directory.whole_metrics()[1]) if directory else 0
+            raise exc.resumable(directory and directory.path, kept) from exc.__cause__
         finally:
             server.kill()
             pool.shutdown(run_key)

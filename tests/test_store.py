@@ -206,9 +206,14 @@ def test_a_federation_larger_than_memory_is_built_in_unlinked_scratch_files(tmp_
         assert all(np.array_equal(a, b) for a, b in zip(per_device, whole[2]))
 
 
-def test_a_process_that_cannot_see_the_stored_data_says_where_it_is_and_what_to_do(tmp_path):
+def test_a_process_that_cannot_see_the_stored_data_opens_its_node_s_copy_or_says_what_to_do(tmp_path, monkeypatch):
     stored = open_federation(write_federation(built(scenario()), tmp_path / "k", "k"))
     shipped = pickle.dumps(stored)
     (tmp_path / "k").rename(tmp_path / "elsewhere")  # as a node without the driver's file system sees it
     with pytest.raises(FileNotFoundError, match=r"data.store.cache .* every node mounts.*docs/cluster.md"):
         pickle.loads(shipped)
+    monkeypatch.setenv("EMULATOR_DATA_CACHE", str(tmp_path / "node"))  # this node's own copy, made for a run
+    (tmp_path / "node").mkdir()
+    (tmp_path / "elsewhere").rename(tmp_path / "node" / "k")
+    copy = pickle.loads(shipped)
+    assert copy.stored == str(tmp_path / "node" / "k") and np.array_equal(copy.train.y, stored.train.y)

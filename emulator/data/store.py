@@ -216,15 +216,23 @@ def open_federation(directory: Path | str, verify: bool = True, key: str | None 
 
 def reopen(directory: str) -> Federation:
     """A stored federation in another process (how it unpickles): the same files, already checked by the
-    driver; a node that cannot see them is told where they are and what to do."""
-    if not (Path(directory) / "meta.json").is_file():
-        import socket
+    driver, or this node's copy of them (runtime/data_nodes.py makes it where a node cannot see the driver's
+    directory); a process that finds neither is told where the data is and what to do."""
+    for candidate in (Path(directory), node_copy(directory)):
+        if (candidate / "meta.json").is_file():
+            return open_federation(candidate, verify=False)
+    import socket
 
-        raise FileNotFoundError(
-            f"the run's data is stored in {directory} on the driver's machine, and {socket.gethostname()} cannot "
-            "see it: set data.store.cache (or $EMULATOR_DATA_CACHE) to a directory every node mounts, or "
-            "data.store: memory to ship the data through the object store (docs/cluster.md)")
-    return open_federation(directory, verify=False)
+    raise FileNotFoundError(
+        f"the run's data is stored in {directory} on the driver's machine, and {socket.gethostname()} can see "
+        f"neither it nor a copy in its own data cache ({node_copy(directory).parent}): set data.store.cache (or "
+        "$EMULATOR_DATA_CACHE) to a directory every node mounts, or data.store: memory to ship the data through "
+        "the object store (docs/cluster.md)")
+
+
+def node_copy(directory: str | Path) -> Path:
+    """Where this machine keeps its own copy of the stored data at `directory` (its data cache, same key)."""
+    return default_cache() / Path(directory).name
 
 
 def _random_access(column: np.ndarray) -> None:
