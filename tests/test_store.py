@@ -206,6 +206,33 @@ def test_a_federation_larger_than_memory_is_built_in_unlinked_scratch_files(tmp_
         assert all(np.array_equal(a, b) for a, b in zip(per_device, whole[2]))
 
 
+def test_a_pool_larger_than_the_page_cache_is_stored_by_the_sequential_gather_with_the_same_bytes(tmp_path,
+                                                                                                monkeypatch):
+    """A scratch-built pool that memory could not cache is written by data/gather.py's two passes (the source
+    read once, in order); the stored federation is the one the plain chunked gather writes."""
+    import emulator.data.gather as gather
+    import emulator.data.scratch as scratch
+    import emulator.data.store as store
+
+    run = scenario(**{"population.devices": 200})
+    plain = open_federation(write_federation(built(run), tmp_path / "plain", "k"))
+    monkeypatch.setattr(scratch, "LARGE_BYTES", 1024)  # the pool in unlinked scratch files
+    monkeypatch.setattr(store, "available_memory", lambda: 8192)  # too large to cache: the two-pass gather
+    monkeypatch.setattr(store, "CHUNK_BYTES", 2048)  # ... in many chunks and buckets
+    passes = []
+    monkeypatch.setattr(gather, "_into_buckets", lambda *a, original=gather._into_buckets: passes.append(1) or
+                        original(*a))
+    with scratch.scratch_space(tmp_path / "scratch"):
+        federation = built(run)
+        assert isinstance(federation.train.x, np.memmap)
+        stored = open_federation(write_federation(federation, tmp_path / "gathered", "k"))
+    assert passes  # the sequential gather wrote the training columns
+    for name in ("train_x", "train_y", "device_offsets", "label_counts", "test_x", "local_x", "local_offsets"):
+        assert np.array_equal(np.load(tmp_path / "plain" / f"{name}.npy"),
+                              np.load(tmp_path / "gathered" / f"{name}.npy")), name
+    assert np.array_equal(stored.train.x, plain.train.x)
+
+
 def test_a_process_that_cannot_see_the_stored_data_opens_its_node_s_copy_or_says_what_to_do(tmp_path, monkeypatch):
     stored = open_federation(write_federation(built(scenario()), tmp_path / "k", "k"))
     shipped = pickle.dumps(stored)

@@ -34,10 +34,12 @@ from typing import Callable
 import numpy as np
 
 from emulator.data.federation import ArrayDataset, Federation, offsets_of
+from emulator.data.gather import gather_rows
 from emulator.data.ragged import RaggedRows, gather_index
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 64 << 20  # what one step of a write copies at most, whatever the data's size
+GATHER_BYTES = 1 << 30  # the out-of-core gather's working memory at most (data/gather.py)
 FULL_DIGEST_BYTES = 64 << 20  # files up to this size are hashed whole; larger ones by SAMPLED_BLOCKS blocks
 SAMPLED_BLOCKS, BLOCK = 256, 64 << 10
 CACHE_ENV = "EMULATOR_DATA_CACHE"
@@ -123,22 +125,34 @@ def _device_rows(federation: Federation) -> np.ndarray | slice:
 
 
 def _write_gathered(path: Path, source: np.ndarray, *row_sets) -> dict:
-    """source's rows, set after set, into a new .npy file at `path`, a chunk at a time."""
-    sets = [np.arange(len(source))[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
-            for rows in row_sets]
-    total = sum(len(rows) for rows in sets)
-    out = np.lib.format.open_memmap(path, mode="w+", dtype=source.dtype, shape=(total, *source.shape[1:]))
-    row_bytes = max(1, source.itemsize * int(np.prod(source.shape[1:], dtype=np.int64)))
-    step = max(1, CHUNK_BYTES // row_bytes)
-    at = 0
-    for rows in sets:
+    """source's rows, set after set, into a new .npy file at `path`: a chunk at a time, or where the source is
+    a file too large to stay in the page cache, by the out-of-core gather (data/gather.py), which reads it
+    once, front to back, instead of at random."""
+    rows = np.concatenate([np.arange(len(source))[r] if isinstance(r, slice) else np.asarray(r, np.int64)
+                           for r in row_sets])
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=source.dtype, shape=(len(rows), *source.shape[1:]))
+    room = available_memory()
+    if source.nbytes > room // 2:
+        gather_rows(out, source, rows, memory_bytes=min(GATHER_BYTES, max(CHUNK_BYTES, room // 4)))
+    else:
+        row_bytes = max(1, source.itemsize * int(np.prod(source.shape[1:], dtype=np.int64)))
+        step = max(1, CHUNK_BYTES // row_bytes)
         for start in range(0, len(rows), step):
-            chunk = rows[start:start + step]
-            out[at:at + len(chunk)] = source[chunk]
-            at += len(chunk)
+            out[start:start + step] = source[rows[start:start + step]]
     out.flush()
     del out
     return _describe(path)
+
+
+def available_memory() -> int:
+    """Bytes the kernel could give without swapping (MemAvailable): what the page cache can hold of a source."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
 
 
 def _write_ragged(directory: Path, name: str, source: RaggedRows, *row_sets) -> dict:
