@@ -158,7 +158,7 @@ def run_once(devices: int, mode: str, rounds: int, clients: int | None, cache: P
     started = time.perf_counter()
     proc, stdout, stderr, sampler = sampled(args, cache)
     row = {"code": proc.returncode, "whole_s": time.perf_counter() - started, "peak": sampler.peak,
-           "peak_total": sampler.peak_total}
+           "peak_total": sampler.peak_total, "anon_max": sampler.peak_anon}
     if proc.returncode != 0:
         row["error"] = last_line(stderr)
         return row
@@ -233,6 +233,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, nargs="+", default=[10000, 100000])
     parser.add_argument("--baseline-memory", type=int, default=100000, help="N also run with data.store: memory")
+    parser.add_argument("--baseline-set", action="append", default=["runtime.server=actor"], metavar="KEY=VALUE",
+                        help="overrides for the memory row only (default: the server in an actor of its own, as "
+                             "before runtime.server: driver): the path the disk rows are compared with")
     parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--clients-per-round", type=int, default=None, help="default: the scenario's 1000")
     parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
@@ -260,7 +263,7 @@ def plan_of(devices: list[int], baseline: int | None) -> list[tuple[int, str]]:
     return plan
 
 
-HEADER = (f"{'N':>9} {'store':>6} | {'total':>5} {'anon':>5} {'file':>5} {'shmem':>5} | {'driver':>6} "
+HEADER = (f"{'N':>9} {'store':>6} | {'total':>5} {'anon':>5} {'max':>5} {'file':>5} {'shmem':>5} | {'driver':>6} "
           f"{'runners':>7} {'server':>6} {'ray':>5} | {'s/round':>7} {'write s':>7} {'w. anon':>7} "
           f"{'open s':>6} | {'warm p50/p99 ms':>15} {'cold p50/p99 ms':>15}")
 
@@ -272,7 +275,8 @@ def line_of(devices: int, mode: str, row: dict) -> str:
         return start + f"failed (exit {row['code']}): {row['error']}"
     peak = row["peak"]
     write = row.get("write_s")
-    line = (start + " ".join(f"{gigabytes(row[p]):>5}" for p in ("peak_total", "anon", "file", "shmem")) + " | "
+    line = (start + " ".join(f"{gigabytes(row[p]):>5}" for p in ("peak_total", "anon", "anon_max", "file", "shmem"))
+            + " | "
             + " ".join(f"{megabytes(peak[k]['anon']):>{w}}" for k, w in zip(KINDS, (6, 7, 6, 5)))
             + f" | {row['round_s']:>7.2f} ")
     if mode == "memory":
@@ -286,7 +290,8 @@ def line_of(devices: int, mode: str, row: dict) -> str:
 def measure(args, work: Path, cache: Path) -> None:
     """Every configuration in turn, each row printed as soon as it is measured, then the slope and the ratio."""
     print(f"{SCENARIO.name}, {args.rounds} rounds, {os.cpu_count()} CPUs. PSS of all the run's processes at the "
-          "sampled peak of their total (GB), and by process kind the anonymous memory at that same sample (MB). On "
+          "sampled peak of their total (GB), and by process kind the anonymous memory at that same sample (MB); max: "
+          "the largest anonymous total of any sample (GB). On "
           "disk the data is written first, by a process of its own (write s; w. anon: its peak anonymous MB), then "
           "the run reads it from the cache; open s and a device's rows are timed in this process afterwards (cold: "
           f"from a disk reading {read_ahead_kb(cache if cache.exists() else cache.parent)} kB around a fault)",
@@ -299,8 +304,9 @@ def measure(args, work: Path, cache: Path) -> None:
         if mode == "disk":
             row.update(build_once(devices, cache, args.set))
         if row["code"] == 0:
+            extra = args.set + (args.baseline_set if mode == "memory" else [])
             row.update(run_once(devices, mode, args.rounds, args.clients_per_round, cache,
-                                work / f"{mode}-{devices}", args.set))
+                                work / f"{mode}-{devices}", extra))
         if row["code"] == 0:
             row.update({p: sum(row["peak"][k][p] for k in KINDS) for p in ("anon", "file", "shmem")})
             if mode == "disk":

@@ -237,7 +237,7 @@ class _Server:
         if spare is not None:
             self.actor = spare
             return
-        if self.pool.inline:
+        if self.pool.inline or self.scenario.runtime.server == "driver":
             self.actor = inline.InlineActor(FederatedServer())
             return
         options = dict(num_cpus=self.scenario.runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}")

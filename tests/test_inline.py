@@ -180,3 +180,21 @@ def test_the_cli_runs_inline_with_set(tmp_path, monkeypatch, capsys):
     (tmp_path / "s.yaml").write_text(json.dumps(small_scenario(rounds=2)))
     assert main(["run", "s.yaml", "--out", "run", "--quiet", "--set", "runtime.backend=inline"]) == 0
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["backend"] == "inline"
+
+
+def test_the_server_in_the_driver_beside_ray_runners_gives_the_metrics_of_the_server_actor(ray_session, tmp_path):
+    """runtime.server: driver (one process fewer, for large populations on one machine) changes where the
+    server runs, not what it computes; no server actor exists while such a run goes on."""
+    import emulator
+
+    actors = []
+    runtime = {"runtime.runners": 2}
+    actor = run_scenario(scenario("ray", **runtime), tmp_path / "actor")
+    in_driver = emulator.run(small_scenario(**{**STATEFUL, **runtime, "runtime.backend": "ray",
+                                               "runtime.server": "driver"}), out=tmp_path / "driver",
+                             progress=lambda row: actors.append(ray.util.list_named_actors()))
+    assert in_driver.summary["status"] == "completed" and in_driver.summary["runners"] == 2
+    assert actors and not any(name.startswith("server-") for names in actors for name in names)
+    assert comparable(in_driver.path) == comparable(actor.path)
+    with pytest.raises(ScenarioError, match="server_num_cpus"):
+        scenario("ray", **{"runtime.server": "driver", "runtime.server_num_cpus": 1})

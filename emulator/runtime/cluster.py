@@ -121,6 +121,8 @@ def ray_session(address: str | None = None):
         raise ScenarioError(f"runtime.address: cannot reach a Ray cluster at {address!r} ({exc}). Start one with "
                             "`ray start --head` (see docs/cluster.md), check the address, or leave it unset to run "
                             "locally") from None
+    if target == "local":
+        lighten_local_instance()
     _warm = found
     try:
         yield False
@@ -136,6 +138,21 @@ _warm: "warm_state.WarmInstance | None" = None
 def attached_warm_instance() -> "warm_state.WarmInstance | None":
     """The warm instance the current ray_session joined, if it joined one."""
     return _warm
+
+
+def lighten_local_instance() -> None:
+    """Stop the two daemons a local instance this process started runs for nothing: the autoscaler monitor
+    (a local instance does not autoscale) and the dashboard, which include_dashboard=False still starts in
+    a minimal mode (usage statistics only). ~110 MB of memory of their own (benchmarks/scale.py); nothing
+    the emulator or a run uses talks to them."""
+    _stop_autoscaler_monitor()
+    node = getattr(ray._private.worker, "_global_node", None)
+    if node is None or not node.is_head():
+        return
+    try:
+        node.kill_dashboard(check_alive=False)
+    except Exception:  # a Ray without this method or process type: it keeps its dashboard
+        pass
 
 
 def _stop_autoscaler_monitor() -> None:

@@ -22,6 +22,7 @@ from emulator.data.store import StoreDamaged, default_cache, node_copy, open_fed
 
 CHUNK_BYTES = 32 << 20  # one object in the store at a time per chunk: bounded, whatever the data's size
 IN_FLIGHT = 4           # chunks on their way to a node at once
+ON_NODE = dict(num_cpus=0, max_retries=0, max_calls=1)  # each task's worker (torch imported: ~320 MB) then exits
 
 
 def place_on_every_node(directory: str, notify) -> list[str]:
@@ -30,7 +31,10 @@ def place_on_every_node(directory: str, notify) -> list[str]:
     key = Path(directory).name
     meta = read_meta(Path(directory))
     copied = []
+    here = None if ray.util.client.ray.is_connected() else ray.get_runtime_context().get_node_id()
     for node in _alive_nodes():
+        if node == here:  # the driver wrote or opened the directory on this node itself
+            continue
         on_node = _on(node)
         if ray.get(_find.options(**on_node).remote(directory, key)) is not None:
             continue
@@ -76,7 +80,7 @@ def _copy(directory: Path, meta: dict, node: str, on_node: dict) -> str:
 
 
 # ------------------------------------------------------------------------------------- on the node
-@ray.remote(num_cpus=0, max_retries=0)
+@ray.remote(**ON_NODE)
 def _find(directory: str, key: str) -> str | None:
     """Where this node holds the data of `key`, whole (sizes and digests): the driver's path, or its copy."""
     for candidate in (Path(directory), node_copy(directory)):
@@ -88,7 +92,7 @@ def _find(directory: str, key: str) -> str | None:
     return None
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@ray.remote(**ON_NODE)
 def _begin(key: str, needed: int) -> str:
     """A fresh temporary directory in this node's data cache, after checking that the data fits there."""
     import socket
@@ -106,7 +110,7 @@ def _begin(key: str, needed: int) -> str:
     return str(temporary)
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@ray.remote(**ON_NODE)
 def _write(temporary: str, name: str, offset: int, chunk: bytes) -> None:
     handle = os.open(Path(temporary) / name, os.O_WRONLY | os.O_CREAT, 0o644)  # chunks land in any order
     try:
@@ -115,7 +119,7 @@ def _write(temporary: str, name: str, offset: int, chunk: bytes) -> None:
         os.close(handle)
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@ray.remote(**ON_NODE)
 def _finish(temporary: str, key: str) -> str:
     """The copy checked against the driver's meta.json (sizes, digests, key), then renamed into place."""
     final = default_cache() / key
@@ -131,6 +135,6 @@ def _finish(temporary: str, key: str) -> str:
     return str(final)
 
 
-@ray.remote(num_cpus=0, max_retries=0)
+@ray.remote(**ON_NODE)
 def _discard(temporary: str) -> None:
     shutil.rmtree(temporary, ignore_errors=True)

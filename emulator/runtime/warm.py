@@ -31,7 +31,8 @@ from pathlib import Path
 
 import ray
 
-from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth, runner_count
+from emulator.runtime.cluster import (LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth,
+                                      lighten_local_instance, runner_count)
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.warm_state import WarmInstance, alive, code_fingerprint, find, state_path
 
@@ -71,7 +72,7 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
         notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
         pool = RunnerPool(lease_runners(count))
         pool.leased = True
-        return pool, take_server()
+        return pool, take_server() if runtime.server == "actor" else None
     if instance is not None:  # its runners would hold the CPUs this run's own need
         notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
                "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
@@ -182,6 +183,7 @@ def _hold(state: Path, num_cpus: int | None, runners: int | None) -> None:
     configure_token_auth()
     ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, logging_level=logging.WARNING,
              namespace=NAMESPACE, _system_config=LOCAL_SYSTEM_CONFIG)
+    lighten_local_instance()
     try:
         shape = (1.0, 0.0, None)  # the default runtime: one CPU per runner, one torch thread
         count = runners or runner_count(None, 1.0, 0.0)

@@ -18,6 +18,10 @@ class RuntimeConfig(Strict):
     num_cpus: float = Field(1.0, gt=0)
     num_gpus: float = Field(0.0, ge=0)
     server_num_cpus: float = Field(0.0, ge=0)
+    # actor: the server in a Ray actor of its own (restarted from the last checkpoint if its process dies);
+    # driver: in the driver's process, beside the Ray runners: one process fewer (~330 MB, torch imported),
+    # a stop request honoured after the round, a server crash the driver's (docs/scenarios.md, `runtime`)
+    server: Literal["actor", "driver"] = "actor"
     torch_threads: Optional[int] = Field(None, gt=0)
     precision: Literal["fp32", "bf16"] = "fp32"  # bf16: autocast where the hardware has it (emulator/training/precision.py)
     vectorise: bool = False  # train each group's devices at once (emulator/training/cohort.py) where the model allows
@@ -28,6 +32,9 @@ class RuntimeConfig(Strict):
         if self.backend == "inline" and self.address not in (None, "local"):
             raise ValueError(f"backend 'inline' runs in this process, but address is {self.address!r}; "
                              "use backend: ray to run on a cluster, or leave address unset")
+        if self.server == "driver" and self.server_num_cpus > 0:
+            raise ValueError(f"server: driver runs the server in the driver's process, which takes no Ray CPUs, but "
+                             f"server_num_cpus is {self.server_num_cpus}; drop server_num_cpus, or use server: actor")
         return self
 
     def numerics(self) -> dict:
