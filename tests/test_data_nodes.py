@@ -32,8 +32,8 @@ def test_a_node_without_the_driver_s_disk_gets_one_checked_copy_and_the_metrics_
     cache, node_cache = tmp_path / "cache", tmp_path / "node-cache"
     cache.mkdir()
     scenario = tmp_path / "world.yaml"
-    scenario.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray",
-                                                                     })))
+    world = {**STATEFUL, "rounds": 2, "runtime.runners": 4, "runtime.backend": "ray"}  # 4 runners: both nodes
+    scenario.write_text(yaml.safe_dump(small_scenario(**world)))
     script = textwrap.dedent(f"""
         import os, signal, subprocess, sys, time
         import ray
