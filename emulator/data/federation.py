@@ -11,7 +11,7 @@ from typing import Callable
 import numpy as np
 import torch
 
-from emulator.data.ragged import RaggedRows
+from emulator.data.ragged import RaggedRows, offsets_of
 
 
 def canonical_strides(array: np.ndarray) -> np.ndarray:
@@ -75,13 +75,6 @@ class ArrayDataset:
         owner = None if self.owner is None else self.owner[indices]
         x = self.x.take(indices) if isinstance(self.x, RaggedRows) else self.x[indices]
         return ArrayDataset(x, self.y[indices], self.num_classes, self.mean, self.std, owner)
-
-
-def offsets_of(sizes: np.ndarray) -> np.ndarray:
-    """The flat layout's offsets for groups of `sizes`: group k is [offsets[k], offsets[k + 1])."""
-    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
-    np.cumsum(sizes, out=offsets[1:])
-    return offsets
 
 
 @dataclass

@@ -8,7 +8,8 @@ from dataclasses import replace
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset, Federation, offsets_of
+from emulator.data.federation import ArrayDataset, Federation
+from emulator.data.ragged import offsets_of
 
 
 def held_out(samples, fraction: float, min_samples: int) -> np.ndarray:

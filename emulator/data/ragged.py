@@ -28,8 +28,7 @@ class RaggedRows:
         """Rows from a sequence of 1-D integer arrays; `length` defaults to the longest row."""
         rows = [np.asarray(s).reshape(-1) for s in sequences]
         sizes = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
+        offsets = offsets_of(sizes)
         kind = dtype or (np.result_type(*[r.dtype for r in rows]) if rows else np.int64)
         values = np.concatenate(rows).astype(kind, copy=False) if rows else np.zeros(0, kind)
         return cls(values, offsets, int(length if length is not None else sizes.max(initial=1)), int(pad))
@@ -85,9 +84,16 @@ class RaggedRows:
         """The given rows, in that order, as rows of their own (copied)."""
         rows = np.asarray(rows, dtype=np.int64).reshape(-1)
         sizes = self.offsets[rows + 1] - self.offsets[rows]
-        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
-        np.cumsum(sizes, out=offsets[1:])
-        return RaggedRows(self.values[gather_index(self.offsets[rows], sizes)], offsets, self.length, self.pad)
+        return RaggedRows(self.values[gather_index(self.offsets[rows], sizes)], offsets_of(sizes), self.length,
+                          self.pad)
+
+
+def offsets_of(sizes: np.ndarray) -> np.ndarray:
+    """The flat layout's offsets for groups of `sizes` (a row's tokens, a device's samples): group k is
+    [offsets[k], offsets[k + 1])."""
+    offsets = np.zeros(len(sizes) + 1, dtype=np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    return offsets
 
 
 def gather_index(starts: np.ndarray, sizes: np.ndarray) -> np.ndarray:

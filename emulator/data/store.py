@@ -33,9 +33,9 @@ from typing import Callable
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset, Federation, offsets_of
+from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.gather import gather_rows
-from emulator.data.ragged import RaggedRows, gather_index
+from emulator.data.ragged import RaggedRows, gather_index, offsets_of
 
 FORMAT_VERSION = 1
 CHUNK_BYTES = 64 << 20  # what one step of a write copies at most, whatever the data's size
@@ -128,8 +128,7 @@ def _write_gathered(path: Path, source: np.ndarray, *row_sets) -> dict:
     """source's rows, set after set, into a new .npy file at `path`: a chunk at a time, or where the source is
     a file too large to stay in the page cache, by the out-of-core gather (data/gather.py), which reads it
     once, front to back, instead of at random."""
-    rows = np.concatenate([np.arange(len(source))[r] if isinstance(r, slice) else np.asarray(r, np.int64)
-                           for r in row_sets])
+    rows = _rows(len(source), row_sets)
     out = np.lib.format.open_memmap(path, mode="w+", dtype=source.dtype, shape=(len(rows), *source.shape[1:]))
     room = available_memory()
     if source.nbytes > room // 2:
@@ -142,6 +141,12 @@ def _write_gathered(path: Path, source: np.ndarray, *row_sets) -> dict:
     out.flush()
     del out
     return _describe(path)
+
+
+def _rows(length: int, row_sets) -> np.ndarray:
+    """The row sets (index arrays, or slices of a column of `length` rows) one after the other, as int64."""
+    return np.concatenate([np.arange(length)[rows] if isinstance(rows, slice) else np.asarray(rows, np.int64)
+                           for rows in row_sets])
 
 
 def available_memory() -> int:
@@ -158,8 +163,7 @@ def available_memory() -> int:
 def _write_ragged(directory: Path, name: str, source: RaggedRows, *row_sets) -> dict:
     """A column of token sequences as two files: `name`.values (the rows' tokens, row after row) and
     `name`.offsets (row i is values[offsets[i]:offsets[i + 1]]), the rows taken set after set, in chunks."""
-    rows = np.concatenate([np.arange(len(source))[r] if isinstance(r, slice) else np.asarray(r, np.int64)
-                           for r in row_sets]) if row_sets else np.zeros(0, np.int64)
+    rows = _rows(len(source), row_sets)
     sizes = source.offsets[rows + 1] - source.offsets[rows]
     offsets = offsets_of(sizes)
     values_path = directory / f"{name}.values.npy"
@@ -232,7 +236,7 @@ def reopen(directory: str) -> Federation:
     """A stored federation in another process (how it unpickles): the same files, already checked by the
     driver, or this node's copy of them (runtime/data_nodes.py makes it where a node cannot see the driver's
     directory); a process that finds neither is told where the data is and what to do."""
-    for candidate in (Path(directory), node_copy(directory)):
+    for candidate in stored_places(directory):
         if (candidate / "meta.json").is_file():
             return open_federation(candidate, verify=False)
     import socket
@@ -247,6 +251,12 @@ def reopen(directory: str) -> Federation:
 def node_copy(directory: str | Path) -> Path:
     """Where this machine keeps its own copy of the stored data at `directory` (its data cache, same key)."""
     return default_cache() / Path(directory).name
+
+
+def stored_places(directory: str | Path) -> tuple[Path, Path]:
+    """Where a process may find the stored data the driver wrote at `directory`, in the order to look: that
+    directory (the same machine, or a file system every node mounts), then this machine's own copy."""
+    return Path(directory), node_copy(directory)
 
 
 def _random_access(column: np.ndarray) -> None:

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.data.federation import ArrayDataset, offsets_of
+from emulator.data.federation import ArrayDataset
+from emulator.data.ragged import offsets_of
 from emulator.data.scratch import large_array
 from emulator.scenario import SyntheticConfig
 

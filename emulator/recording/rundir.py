@@ -34,6 +34,7 @@ NO_SPACE = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
 SUMMARY_ROOM = 16 * 1024  # a summary is 1-3 KB; its atomic replacement needs room for a second copy
 PARTICIPATION_CHUNK = 5_000  # participation.csv rows turned into text at once (5,000: ~6 MB of strings)
 
+
 class OutputError(MachineError):
     """The run directory cannot be written (disk full, permissions): the run stops cleanly."""
 

@@ -146,13 +146,7 @@ def lighten_local_instance() -> None:
     a minimal mode (usage statistics only). ~110 MB of memory of their own (benchmarks/scale.py); nothing
     the emulator or a run uses talks to them."""
     _stop_autoscaler_monitor()
-    node = getattr(ray._private.worker, "_global_node", None)
-    if node is None or not node.is_head():
-        return
-    try:
-        node.kill_dashboard(check_alive=False)
-    except Exception:  # a Ray without this method or process type: it keeps its dashboard
-        pass
+    _kill_head_daemon("kill_dashboard")
 
 
 def _stop_autoscaler_monitor() -> None:
@@ -163,12 +157,18 @@ def _stop_autoscaler_monitor() -> None:
     in time and every shutdown waits the full second (shutdown 1.4 -> 0.4 s on a 2-core machine). The
     monitor only drives autoscaling, which a local instance does not do, so it is killed outright (Ray's
     own Node.kill_monitor). Through Ray's internals: if they change, shutdown is just slower again."""
+    _kill_head_daemon("kill_monitor")
+
+
+def _kill_head_daemon(kill: str) -> None:
+    """Ray's Node.<kill>() on the head node this process started (none when it joined one): a Ray without
+    that method or process type keeps the daemon, and runs as before."""
     node = getattr(ray._private.worker, "_global_node", None)
     if node is None or not node.is_head():
         return
     try:
-        node.kill_monitor(check_alive=False)
-    except Exception:  # a Ray without this method or process type: shut down as Ray does
+        getattr(node, kill)(check_alive=False)
+    except Exception:
         pass
 
 

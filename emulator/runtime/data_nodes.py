@@ -18,7 +18,7 @@ from pathlib import Path
 import ray
 from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-from emulator.data.store import StoreDamaged, default_cache, node_copy, open_federation, read_meta
+from emulator.data.store import StoreDamaged, default_cache, open_federation, read_meta, stored_places
 
 CHUNK_BYTES = 32 << 20  # one object in the store at a time per chunk: bounded, whatever the data's size
 IN_FLIGHT = 4           # chunks on their way to a node at once
@@ -39,9 +39,9 @@ def place_on_every_node(directory: str, notify) -> list[str]:
         if ray.get(_find.options(**on_node).remote(directory, key)) is not None:
             continue
         started = time.perf_counter()
-        target = _copy(Path(directory), meta, node, on_node)
-        notify(f"data copied to node {node[:12]} ({_gb(meta)} GB, {time.perf_counter() - started:.1f} s): "
-               f"{target}")
+        target = _copy(Path(directory), meta, on_node)
+        notify(f"data copied to node {node[:12]} ({_size(meta) / 1e9:.2f} GB, {time.perf_counter() - started:.1f} "
+               f"s): {target}")
         copied.append(node)
     return copied
 
@@ -54,16 +54,15 @@ def _on(node: str) -> dict:
     return {"scheduling_strategy": NodeAffinitySchedulingStrategy(node, soft=False)}
 
 
-def _gb(meta: dict) -> str:
-    return f"{sum(f['bytes'] for f in meta['files'].values()) / 1e9:.2f}"
+def _size(meta: dict) -> int:
+    """The stored data's bytes, as its meta.json gives them."""
+    return sum(f["bytes"] for f in meta["files"].values())
 
 
-def _copy(directory: Path, meta: dict, node: str, on_node: dict) -> str:
-    needed = sum(f["bytes"] for f in meta["files"].values())
-    temporary = ray.get(_begin.options(**on_node).remote(directory.name, needed))
+def _copy(directory: Path, meta: dict, on_node: dict) -> str:
+    temporary = ray.get(_begin.options(**on_node).remote(directory.name, _size(meta)))
     try:
-        for name in [*meta["files"], "meta"]:
-            path = directory / (f"{name}.npy" if name != "meta" else "meta.json")
+        for path in [directory / f"{name}.npy" for name in meta["files"]] + [directory / "meta.json"]:  # meta last
             pending = []
             with open(path, "rb") as source:
                 for offset in range(0, max(1, path.stat().st_size), CHUNK_BYTES):
@@ -83,7 +82,7 @@ def _copy(directory: Path, meta: dict, node: str, on_node: dict) -> str:
 @ray.remote(**ON_NODE)
 def _find(directory: str, key: str) -> str | None:
     """Where this node holds the data of `key`, whole (sizes and digests): the driver's path, or its copy."""
-    for candidate in (Path(directory), node_copy(directory)):
+    for candidate in stored_places(directory):
         try:
             open_federation(candidate, verify=True, key=key)
             return str(candidate)
