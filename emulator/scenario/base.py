@@ -12,7 +12,9 @@ import types
 import typing
 from typing import Annotated, Any, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import InitErrorDetails, PydanticCustomError
+from pydantic_core.core_schema import ErrorType
 
 from emulator.errors import ScenarioError
 
@@ -57,23 +59,53 @@ def _number_problem(value: Any, admitted: set[type]) -> str | None:
 class Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", validate_assignment=True, allow_inf_nan=False)
 
-    @model_validator(mode="before")
+    @model_validator(mode="wrap")
     @classmethod
-    def _numbers_are_numbers(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict):
-            return raw
-        for name, field in cls.model_fields.items():
-            key = field.alias or name
-            if key not in raw:
-                continue
-            value, annotation = raw[key], field.annotation
-            problem = _number_problem(value, _admits(annotation))
-            if problem is None and isinstance(value, list) and typing.get_origin(annotation) is list:
-                items = _admits(typing.get_args(annotation)[0]) if typing.get_args(annotation) else {object}
-                problem = next((p for p in (_number_problem(v, items) for v in value) if p), None)
-            if problem:
-                raise ScenarioFieldError(key, problem, relative=True)
-        return raw
+    def _numbers_are_numbers(cls, raw: Any, handler) -> Any:
+        problems = _number_problems(cls, raw)
+        if not problems:
+            return handler(raw)
+        # each bad number is its own error, reported with every other problem of this section and below;
+        # the section's own cross-field checks, which would see the coerced values, are left out
+        lines = [InitErrorDetails(type="value_error", loc=(key,), input=raw[key], ctx={"error": ValueError(problem)})
+                 for key, problem in problems.items()]
+        try:
+            handler(raw)
+        except ValidationError as exc:
+            lines += [_again(err) for err in exc.errors() if err["loc"] and err["loc"][0] not in problems]
+        raise ValidationError.from_exception_data(cls.__name__, lines)
+
+
+def _number_problems(model: type[BaseModel], raw: Any) -> dict[str, str]:
+    """{key: why its value is no value for the field} for every number field of `model` given one."""
+    if not isinstance(raw, dict):
+        return {}
+    problems = {}
+    for name, field in model.model_fields.items():
+        key = field.alias or name
+        if key not in raw:
+            continue
+        value, annotation = raw[key], field.annotation
+        problem = _number_problem(value, _admits(annotation))
+        if problem is None and isinstance(value, list) and typing.get_origin(annotation) is list:
+            items = _admits(typing.get_args(annotation)[0]) if typing.get_args(annotation) else {object}
+            problem = next((p for p in (_number_problem(v, items) for v in value) if p), None)
+        if problem:
+            problems[key] = problem
+    return problems
+
+
+_KNOWN_ERRORS = frozenset(typing.get_args(ErrorType))
+
+
+def _again(err: dict) -> InitErrorDetails:
+    """A validation error as it was raised, to raise it again beside others."""
+    kind = err["type"] if err["type"] in _KNOWN_ERRORS else PydanticCustomError(err["type"], "{message}",
+                                                                                  {"message": err["msg"]})
+    details = InitErrorDetails(type=kind, loc=err["loc"], input=err["input"])
+    if err.get("ctx") and err["type"] in _KNOWN_ERRORS:
+        details["ctx"] = err["ctx"]
+    return details
 
 
 class ScenarioFieldError(ValueError):
