@@ -260,7 +260,7 @@ def _tail(text: str, limit: int = 4000) -> str:
 class WarmRay:
     """The test worker's warm instance (`emulator up`), shared by the blocks of every file: started in a
     directory of its own before the first block that may run something, and again if a block stopped it
-    (the README shows `emulator down`); every `emulator run`, sweep and `emulator.run(...)` attaches to it."""
+    (docs/running.md shows `emulator down`); every `emulator run`, sweep and `emulator.run(...)` attaches to it."""
 
     def __init__(self, home: Path):
         self.home = home
@@ -282,7 +282,7 @@ class WarmRay:
         self._started()
 
     def restart(self, env: dict) -> None:
-        """Start it in the background if it is not running (the README's `emulator down` stops it)."""
+        """Start it in the background if it is not running (docs/running.md's `emulator down` stops it)."""
         if self.starting is None and not self.state.is_file():
             self.starting = subprocess.Popen([str(BIN / "emulator"), "up"], cwd=self.home, env=env,
                                              stdout=subprocess.DEVNULL, stderr=open(self.home / "up.log", "w"))
