@@ -13,6 +13,7 @@ plugins validate like ours, with extra keys forbidden.
 """
 from __future__ import annotations
 
+import difflib
 import sys
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Callable, Mapping
@@ -97,7 +98,8 @@ class Registry:
             return (f"{name!r}: no {self.kind} is registered yet; load the parts first with "
                     "emulator.parts.load_parts() (the CLI, emulator.run and emulator.load do)")
         return (f"{name!r} is not a registered {self.kind}; choose one of {', '.join(self.names())} (a plugin "
-                "registers more: name its module under `plugins:` in the scenario or with --plugin)")
+                "registers more: name its module under `plugins:` in the scenario or with --plugin)"
+                + did_you_mean(name, self.names()))
 
     def validate(self, value: Any, handler, info: ValidationInfo):
         """Validate a scenario section with the config class its tag names (pydantic wrap validator)."""
@@ -122,6 +124,17 @@ class Registry:
         if isinstance(value, dict) and isinstance(value.get(self.tag), str) and value[self.tag] in self._entries:
             return self._entries[value[self.tag]].config or self.base
         return None
+
+
+def did_you_mean(given: Any, choices) -> str:
+    """`; did you mean 'fedavg'?` when `given` is a near miss of some of `choices` (the closest first), else ''."""
+    if not isinstance(given, str):
+        return ""
+    close = difflib.get_close_matches(given, [str(c) for c in choices], n=3)
+    if not close:
+        return ""
+    quoted = [repr(c) for c in close]
+    return f"; did you mean {' or '.join([', '.join(quoted[:-1]), quoted[-1]] if len(quoted) > 1 else quoted)}?"
 
 
 def Plugged(registry: Registry, base: type[BaseModel]):

@@ -1,12 +1,13 @@
 """Validation errors as one line per problem: the YAML path, what was given, what is allowed."""
 from __future__ import annotations
 
+import re
 import typing
 from typing import Annotated, Any, Literal, Union
 
 from pydantic import BaseModel
 
-from emulator.registry import Registry
+from emulator.registry import Registry, did_you_mean
 from emulator.scenario.base import ScenarioError, ScenarioFieldError
 from emulator.scenario.root import Scenario
 
@@ -32,17 +33,20 @@ def _describe(err: dict, raw: Any = None) -> str:
         return f"{where}: {err['msg']}"
     if kind == "extra_forbidden":
         allowed = ", ".join(model.model_fields) if model else "?"
-        return f"{where}: unknown key; allowed here: {allowed}"
+        return f"{where}: unknown key; allowed here: {allowed}" + did_you_mean(path[-1] if path else None,
+                                                                              model.model_fields if model else ())
     if kind == "missing":
         return f"{where}: required field is missing"
     if kind == "union_tag_invalid":
-        return f"{where}.{ctx['discriminator'].strip(chr(39))}: {ctx['tag']!r} is not known; choose one of {ctx['expected_tags']}"
+        return (f"{where}.{ctx['discriminator'].strip(chr(39))}: {ctx['tag']!r} is not known; choose one of "
+                f"{ctx['expected_tags']}" + did_you_mean(ctx["tag"], _quoted(ctx["expected_tags"])))
     if kind == "union_tag_not_found":
         field = model.model_fields.get(path[-1]) if model is not None else None
         kinds = ", ".join(repr(_tag(m)) for m in _union_models(field.annotation)) if field else "?"
         return f"{where}: needs a {ctx['discriminator']} key; one of {kinds}"
     if kind == "literal_error":
-        return f"{where}: {given!r} is not allowed; choose one of {ctx.get('expected')}"
+        return (f"{where}: {given!r} is not allowed; choose one of {ctx.get('expected')}"
+                + did_you_mean(given, _quoted(str(ctx.get("expected", "")))))
     msg = err["msg"]
     if msg.startswith("Value error, "):
         msg = msg[len("Value error, "):]
@@ -52,6 +56,11 @@ def _describe(err: dict, raw: Any = None) -> str:
 
 
 _MISSING = object()
+
+
+def _quoted(choices: str) -> list[str]:
+    """The choices pydantic lists as text ("'simulated' or 'ideal'")."""
+    return re.findall(r"'([^']*)'", choices)
 
 
 def _walk(loc: list, raw: Any = None) -> tuple[type[BaseModel] | None, list]:

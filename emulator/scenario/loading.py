@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from emulator.registry import did_you_mean
 from emulator.scenario.base import ScenarioError
 from emulator.scenario.describe import _describe, _strip_annotated, _walk
 from emulator.scenario.root import Scenario
@@ -136,7 +137,8 @@ def _absent_list(text: str, path: list[str | int], item: int | str) -> ScenarioE
     model = _walk(list(path))[0] if all(isinstance(p, str) for p in path) else None
     field = model.model_fields.get(path[-1]) if model is not None else None
     if model is not None and field is None:
-        return ScenarioError(f"--set {text!r}: {where}: unknown key; allowed here: {', '.join(model.model_fields)}")
+        return ScenarioError(f"--set {text!r}: {where}: unknown key; allowed here: {', '.join(model.model_fields)}"
+                             + did_you_mean(path[-1], model.model_fields))
     if field is not None and typing.get_origin(_strip_annotated(field.annotation)) is not list:
         return ScenarioError(f"--set {text!r}: {where} is not a list, so it has no item {_format_path([item])}; "
                              f"use {where}.FIELD or {where}=VALUE")
