@@ -1,4 +1,4 @@
-"""`emulator run | validate | report | sweep | up | down`: the command line.
+"""`emulator run | validate | report | sweep | up | down | parts`: the command line.
 
 Bad input exits with code 2 and a message, never a traceback."""
 from __future__ import annotations
@@ -43,9 +43,83 @@ def _at_least(low: int):
     return parse
 
 
+# What each --help ends with: command lines to copy (shipped scenarios; tests/test_cli.py parses every one) and
+# where the documentation is.
+EXAMPLES = {
+    "": """\
+examples:
+  emulator run scenarios/quickstart.yaml                  # 1000 phones, FedAvg: under a minute on a laptop
+  emulator run scenarios/quickstart.yaml --set rounds=10  # any field of the file, from the command line
+  emulator validate scenarios/quickstart.yaml             # the file resolved, every default filled in
+  emulator run --resume RUN_DIR                           # continue an interrupted run
+  emulator report runs/* --out report                     # plots and a comparison table of runs
+  emulator parts                                          # the algorithms, models, datasets... registered
+
+exit codes: 0 done, 1 failed (the machine), 2 bad input, 3 diverged, 4 no progress, 130 interrupted
+docs: README.md (a first run), docs/scenarios.md (every scenario key), docs/running.md (watching, resuming,
+comparing, failures), docs/extending.md (your own parts), docs/api.md (the same from Python)""",
+    "run": """\
+examples:
+  emulator run scenarios/quickstart.yaml
+  emulator run scenarios/quickstart.yaml --set rounds=10 --set algorithm.client_lr=0.1 --out runs/short
+  emulator run scenarios/system/diurnal_dropout.yaml --quiet
+  emulator run --resume RUN_DIR                           # on from its last checkpoint
+  emulator run --resume RUN_DIR --set rounds=100          # ... and further than first planned
+  emulator run examples/fedlab/feddyn.yaml                # a plugin's algorithm, model and data
+
+docs: docs/scenarios.md (the keys --set reaches), docs/running.md (the run directory, interrupting and
+resuming, exit codes), docs/extending.md (plugins)""",
+    "validate": """\
+examples:
+  emulator validate scenarios/quickstart.yaml             # stdout: the resolved file; stderr: memory, disk
+  emulator validate scenarios/quickstart.yaml --set 'population.availability[0].mean_on_s=7200'
+  emulator validate scenarios/quickstart.yaml --quiet     # only the exit code (2: every problem listed)
+
+docs: docs/scenarios.md (every key, its default and range)""",
+    "report": """\
+examples:
+  emulator report runs/* --out report                     # every run under runs/
+  emulator report runs/a runs/b --out report --target 0.75 --formats png
+
+docs: docs/running.md (comparing runs: what the report holds, its figures)""",
+    "sweep": """\
+examples:
+  emulator sweep scenarios/quickstart.yaml --grid algorithm.client_lr=0.01,0.1 --seeds 3
+  emulator sweep scenarios/quickstart.yaml --grid system.over_selection=1.0,1.3 --set rounds=30 --parallel 2
+
+docs: docs/running.md (sweeps and their report), docs/cluster.md (--address)""",
+    "up": """\
+examples:
+  emulator up                                             # then each emulator run starts in a second
+  emulator up --num-cpus 4 --runners 4
+
+docs: docs/running.md (short runs: a warm instance)""",
+    "down": """\
+examples:
+  emulator down
+
+docs: docs/running.md (short runs: a warm instance)""",
+    "parts": """\
+examples:
+  emulator parts                                          # ours and installed packages'
+  emulator parts --plugin fedlab                          # with a plugin module's parts
+  emulator parts examples/fedlab/feddyn.yaml              # with the plugins a scenario names
+
+docs: docs/scenarios.md (where each name goes), docs/extending.md (registering parts of your own)""",
+}
+
+
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="emulator", description="Cross-device federated learning emulator.")
+    # allow_abbrev=False everywhere: argparse would otherwise take --qu for --quiet, and an abbreviation could
+    # silently become another option when one is added
+    help_format = dict(formatter_class=argparse.RawDescriptionHelpFormatter, allow_abbrev=False)
+    parser = argparse.ArgumentParser(prog="emulator", description="Cross-device federated learning emulator.",
+                                     epilog=EXAMPLES[""], **help_format)
     commands = parser.add_subparsers(dest="command", required=True)
+
+    def command(name: str, summary: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=summary, description=summary[0].upper() + summary[1:] + ".",
+                                   epilog=EXAMPLES[name], **help_format)
 
     def plugin_arg(p):
         p.add_argument("--plugin", dest="plugins", action="append", default=[], metavar="MODULE",
@@ -58,7 +132,7 @@ def _parser() -> argparse.ArgumentParser:
                        help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
         plugin_arg(p)
 
-    run = commands.add_parser("run", help="run a scenario, or continue an interrupted run with --resume")
+    run = command("run", "run a scenario, or continue an interrupted run with --resume")
     run.add_argument("scenario", nargs="?", help="scenario YAML file")
     run.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                      help="override a field, e.g. --set rounds=50 --set algorithm.client_lr=0.1 (repeatable)")
@@ -70,11 +144,11 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--profile-startup", action="store_true",
                      help="print where the start-up went: imports, validation, data, Ray, actors, first round")
 
-    validate = commands.add_parser("validate", help="check a scenario file and print it resolved")
+    validate = command("validate", "check a scenario file and print it resolved")
     scenario_args(validate)
     validate.add_argument("--quiet", action="store_true", help="print nothing when the file is valid")
 
-    report = commands.add_parser("report", help="plots and a comparison table of one or many runs")
+    report = command("report", "plots and a comparison table of one or many runs")
     report.add_argument("runs", nargs="+", help="run directories, or directories holding runs")
     report.add_argument("--out", required=True, help="where to write report.md and the figures")
     report.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy (e.g. 0.8)")
@@ -86,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="figure files to write (default png,pdf,svg, or EMULATOR_FIGURE_FORMATS); png alone "
                              "takes a third of the time")
 
-    sweep = commands.add_parser("sweep", help="run a grid of scenario variants x seeds concurrently, then report")
+    sweep = command("sweep", "run a grid of scenario variants x seeds concurrently, then report")
     scenario_args(sweep)
     sweep.add_argument("--grid", action="append", default=[], metavar="KEY=V1,V2",
                        help="a field and its values, e.g. --grid algorithm.client_lr=0.01,0.1 (repeatable)")
@@ -96,11 +170,13 @@ def _parser() -> argparse.ArgumentParser:
     sweep.add_argument("--target", type=_accuracy, help="test accuracy for time-to-accuracy in the report")
     sweep.add_argument("--address", help="Ray cluster address (overrides runtime.address)")
     sweep.add_argument("--quiet", action="store_true", help="no progress bar")
-    up = commands.add_parser("up", help="keep a warm local Ray instance and runner pool for the next runs "
-                                         "(emulator down stops it)")
+    up = command("up", "keep a warm local Ray instance and runner pool for the next runs (emulator down stops it)")
     up.add_argument("--num-cpus", type=_at_least(1), help="CPUs the instance offers (default: all of this machine's)")
     up.add_argument("--runners", type=_at_least(1), help="warm runners (default: one per CPU)")
-    commands.add_parser("down", help="stop the warm instance that emulator up started")
+    command("down", "stop the warm instance that emulator up started")
+    parts = command("parts", "list the registered algorithms, models, datasets... with where each comes from")
+    parts.add_argument("scenario", nargs="?", help="also load the plugins this scenario file names")
+    plugin_arg(parts)
     return parser
 
 
@@ -118,6 +194,8 @@ def main(argv: list[str] | None = None) -> int:
             return _sweep(args)
         if args.command in ("up", "down"):
             return _warm(args)
+        if args.command == "parts":
+            return _parts(args)
         return _run(args)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -166,6 +244,13 @@ def _validate(args) -> int:
             print(f"# disk: the data cache {cache} has {free / 2 ** 30:,.1f} GiB free"
                   + (" (perhaps not enough: point data.store.cache at a larger disk, or lower population.devices)"
                      if footprint.on_disk > free else ""), file=sys.stderr)
+    return EXIT_OK
+
+
+def _parts(args) -> int:
+    from emulator.parts.listing import listing
+
+    print(listing(args.plugins, args.scenario), end="")
     return EXIT_OK
 
 

@@ -92,12 +92,18 @@ def _vision(name: str):
 EMNIST_CLASSES = {"balanced": 47, "byclass": 62, "bymerge": 47, "digits": 10, "letters": 26, "mnist": 10}
 
 register_dataset("synthetic", _synthetic, natural=True, classes=lambda data: data.synthetic.classes,
-                 input_shape=lambda data: (data.synthetic.dimension,))
-for _name in ("fashion_mnist", "mnist"):
-    register_dataset(_name, _vision(_name), classes=lambda data: 10, input_shape=lambda data: (1, 28, 28))
+                 input_shape=lambda data: (data.synthetic.dimension,),
+                 description="LEAF's synthetic(alpha, beta) or FedProx's synthetic_iid data, generated per device from "
+                             "the seed (data.synthetic).")
+for _name, _title in (("fashion_mnist", "Fashion-MNIST"), ("mnist", "MNIST")):
+    register_dataset(_name, _vision(_name), classes=lambda data: 10, input_shape=lambda data: (1, 28, 28),
+                     description=f"{_title}: 28x28 grey images, 10 classes, pooled and split by data.partition.")
 register_dataset("emnist", _vision("emnist"), classes=lambda data: EMNIST_CLASSES[data.emnist_split],
-                 input_shape=lambda data: (1, 28, 28))
-register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_shape=lambda data: (3, 32, 32))
+                 input_shape=lambda data: (1, 28, 28),
+                 description="EMNIST: 28x28 handwritten characters, the split data.emnist_split names (balanced: 47 "
+                             "classes).")
+register_dataset("cifar10", _vision("cifar10"), classes=lambda data: 10, input_shape=lambda data: (3, 32, 32),
+                 description="CIFAR-10: 32x32 colour images, 10 classes, pooled and split by data.partition.")
 
 
 def _memory(data, devices: int, seed: int):
@@ -135,7 +141,8 @@ def _types(labels, num_classes, devices, spec, stream):
 
 register_partition("natural", _natural, config=NaturalPartition)
 register_partition("iid", lambda labels, num_classes, devices, spec, stream:
-                   partition_iid(len(labels), devices, stream), config=IidPartition)
+                   partition_iid(len(labels), devices, stream), config=IidPartition,
+                   description="The pooled samples shuffled and dealt out evenly: every device sees the same mix.")
 register_partition("dirichlet", lambda labels, num_classes, devices, spec, stream: partition_dirichlet(
     labels, num_classes, devices, spec.alpha, spec.balanced, spec.min_samples, stream), config=DirichletPartition)
 register_partition("classes", lambda labels, num_classes, devices, spec, stream: partition_classes(
@@ -158,7 +165,7 @@ register_selection("weibull", lambda spec, devices, replace: selection.WeibullRe
 
 # -------------------------------------------------------------------------------- availability models
 register_availability("always", lambda entry, members, stream, key, world: availability.Always(members),
-                      config=availability.AlwaysAvailable)
+                      config=availability.AlwaysAvailable, description="Devices that are online all the time.")
 register_availability("never", lambda entry, members, stream, key, world: availability.Never(members),
                       config=availability.NeverAvailable)
 register_availability("markov", lambda entry, members, stream, key, world: availability.Markov(
