@@ -20,6 +20,8 @@ from emulator.extend import ClientTraining, FedAvg, local_training_from, registe
 
 
 class FedDynConfig(ClientTraining):
+    """FedDyn (Acar et al., ICLR 2021): a device's loss adds a linear term from its gradient state and a prox term."""
+
     name: Literal["feddyn"] = "feddyn"
     alpha: float = Field(0.01, gt=0)  # the paper's alpha: the weight of the dynamic regulariser
 

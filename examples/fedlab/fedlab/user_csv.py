@@ -12,6 +12,8 @@ from emulator.extend import ArrayDataset, DatasetOptions, ScenarioError, registe
 
 
 class UserCsvOptions(DatasetOptions):
+    """One CSV of rows `user,label,f0,f1,...`: a device per user, a share of its rows held out for testing."""
+
     file: str  # relative to the working directory, or absolute
     test_fraction: float = Field(0.2, gt=0, lt=1)
 
