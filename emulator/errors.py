@@ -108,3 +108,15 @@ def build_part(registered, part: str, base: type, wrap: Callable, *args: Any):
 class MachineError(RuntimeError):
     """Not the input but the machine: Ray could not start, memory or disk ran out. The CLI prints it as one
     line and exits with code 1; nothing already written is lost."""
+
+
+class ArgumentError(ScenarioError, TypeError):
+    """A function of the Python API handed a value it does not take (scenario=42, seeds="3"): the message names
+    the function, the parameter and what it takes. Both a ScenarioError and a TypeError."""
+
+
+def expect(function: str, name: str, value: Any, ok: bool, takes: str) -> None:
+    """Raise ArgumentError unless `ok`: `function(name=...)` got `value`, and takes `takes`."""
+    if not ok:
+        shown = repr(value) if isinstance(value, (str, int, float, bool)) or value is None else type(value).__name__
+        raise ArgumentError(f"{function}({name}={shown[:60]}): {name} takes {takes}")

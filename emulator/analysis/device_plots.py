@@ -17,14 +17,10 @@ GROUP_COLUMN = re.compile(r"device_acc_(compute_tier|network_tier|timezone_h|typ
 
 
 def last_device_accuracy(run: Run) -> np.ndarray | None:
-    """Each scored device's accuracy at the run's last evaluation on the devices (device_eval.csv), or None."""
-    import pandas as pd
-
-    path = run.path / "device_eval.csv"
-    if not path.is_file():
-        return None
-    table = pd.read_csv(path, usecols=["round", "accuracy"])
-    if not len(table):
+    """Each scored device's accuracy at the run's last evaluation on the devices (device_eval.csv, checked
+    when the run was loaded), or None."""
+    table = run.device_eval
+    if table is None or not len(table) or "accuracy" not in table:
         return None
     return table.loc[table["round"] == table["round"].max(), "accuracy"].to_numpy(dtype=float)
 

@@ -8,7 +8,8 @@ import pandas as pd
 
 
 def final_accuracy(metrics: pd.DataFrame, last: int = 5) -> float:
-    """Mean test accuracy of the last `last` evaluations (FAST's metric)."""
+    """Mean test accuracy of the last `last` evaluations (FAST's metric); of all of them when a run has fewer
+    (`summarize` says how many in final_acc_count)."""
     evaluated = metrics["test_acc"].dropna()
     return float(evaluated.tail(last).mean()) if len(evaluated) else math.nan
 
@@ -95,8 +96,11 @@ def bias_stats(metrics: pd.DataFrame) -> dict:
 def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target: float | None,
               last: int = 5) -> dict:
     """One row of the comparison table for one run."""
+    evaluations = int(metrics["test_acc"].notna().sum())
     row = {
         "final_acc": final_accuracy(metrics, last),
+        "final_acc_count": min(evaluations, last),  # the evaluations averaged: fewer than `last` in a short run
+        "evaluations": evaluations,
         "best_acc": float(metrics["test_acc"].max()) if metrics["test_acc"].notna().any() else math.nan,
         "rounds": int(len(metrics)),
         "sim_hours": float(metrics["sim_time_s"].iloc[-1]) / 3600.0 if len(metrics) else math.nan,

@@ -15,8 +15,10 @@ from datetime import datetime
 from pathlib import Path
 
 import pandas as pd
-import yaml
 
+from emulator.analysis.files import (DamagedRunError, NotARunError, read_class_accuracy_table,
+                                     read_device_eval_table, read_events_table, read_metrics_table,
+                                     read_participation_table, read_scenario_file, read_summary_file)
 from emulator.recording.checkpoint import OFF_BY_DEFAULT
 from emulator.scenario import RuntimeConfig
 
@@ -31,6 +33,7 @@ class Run:
     summary: dict = field(default_factory=dict)
     participation: pd.DataFrame | None = None
     class_accuracy: pd.DataFrame | None = None  # round, sim_time_s, acc_0 ...; None for runs from before it
+    device_eval: pd.DataFrame | None = None     # with evaluation.devices: a row per device and evaluation
 
     @property
     def name(self) -> str:
@@ -58,19 +61,35 @@ class Run:
             return os.path.getmtime(self.path / "metrics.csv")
 
 
-class NotARunError(ValueError):
-    pass
-
-
 def load_run(path: str | Path) -> Run:
+    """A run directory, every file checked (emulator/analysis/files.py): a damaged one raises DamagedRunError
+    naming the file, the line and what is wrong. A run still going (or killed) may end in a line it had not
+    finished; that line is not read."""
     path = Path(path)
     if not (path / "metrics.csv").is_file():
         raise NotARunError(f"{path}: not a run directory (no metrics.csv)")
-    scenario = yaml.safe_load((path / "scenario.yaml").read_text()) if (path / "scenario.yaml").exists() else {}
-    summary = json.loads((path / "summary.json").read_text()) if (path / "summary.json").exists() else {}
-    participation = pd.read_csv(path / "participation.csv") if (path / "participation.csv").exists() else None
-    classes = pd.read_csv(path / "class_accuracy.csv") if (path / "class_accuracy.csv").exists() else None
-    return Run(path, scenario or {}, pd.read_csv(path / "metrics.csv"), summary, participation, classes)
+    scenario = read_scenario_file(path / "scenario.yaml") if (path / "scenario.yaml").exists() else {}
+    summary = read_summary_file(path / "summary.json") if (path / "summary.json").exists() else {}
+    going = summary.get("status") in (None, "running")  # a line being written may be cut short
+    metrics = read_metrics_table(path / "metrics.csv", cut_ok=going)
+    _agree(path, scenario, summary, len(metrics))
+    readers = {"class_accuracy": read_class_accuracy_table, "device_eval": read_device_eval_table,
+               "events": read_events_table}  # events.csv: checked, though no figure reads it
+    tables = {name: reader(path / f"{name}.csv", cut_ok=going) if (path / f"{name}.csv").exists() else None
+              for name, reader in readers.items()}
+    participation = (read_participation_table(path / "participation.csv") if (path / "participation.csv").exists()
+                     else None)
+    return Run(path, scenario, metrics, summary, participation, tables["class_accuracy"], tables["device_eval"])
+
+
+def _agree(path: Path, scenario: dict, summary: dict, rows: int) -> None:
+    """metrics.csv holds no more rounds than the scenario runs, nor than an ended run's summary counts."""
+    if scenario.get("rounds") is not None and rows > scenario["rounds"]:
+        raise DamagedRunError(path / "metrics.csv", f"{rows} rounds, but scenario.yaml runs {scenario['rounds']} "
+                                                    "(a run writes one row per round)")
+    done = summary.get("rounds_completed")
+    if summary.get("status") not in (None, "running") and done is not None and rows > done:
+        raise DamagedRunError(path / "metrics.csv", f"{rows} rounds, but summary.json says {done} were completed")
 
 
 def find_runs(paths) -> list[Path]:
@@ -90,7 +109,19 @@ def find_runs(paths) -> list[Path]:
 
 
 def load_runs(paths) -> list[Run]:
+    """Every run under `paths` (find_runs); a damaged one raises DamagedRunError naming its file."""
     return [load_run(p) for p in find_runs(paths)]
+
+
+def read_runs(paths) -> tuple[list[Run], list[tuple[Path, DamagedRunError]]]:
+    """(the runs under `paths` that read whole, (run directory, what is damaged) for each other one)."""
+    runs, damaged = [], []
+    for found in find_runs(paths):
+        try:
+            runs.append(load_run(found))
+        except DamagedRunError as exc:
+            damaged.append((found, exc))
+    return runs, damaged
 
 
 def load_metrics(run_dir: str | Path, evaluated_only: bool = True) -> pd.DataFrame:
