@@ -1,20 +1,30 @@
 """The price of robustness in fairness: how often a robust aggregator accepted the honest reports of each
-group of devices (compute tier, time zone, availability...), round by round.
+group of devices (compute tier, network tier, time zone, type: evaluation/fleet.py's GROUPING), round by
+round.
 
 A rule that drops or scales what looks unusual (Krum, norm bounding) also drops honest devices whose data
 or speed make their updates unusual: the slow tier that holds rare classes, the time zone that trains on
-other labels. These columns show it beside the attackers' share (emulator/runtime/adversaries.py).
+other labels. These columns show it beside the attackers' share of what the rule accepted. The devices
+without a value (no time zone) are a group of their own, `none`; a group without an honest device (a type
+whose devices all attack) has no column, since it would be empty in every row.
 """
 from __future__ import annotations
 
 import numpy as np
 
-from emulator.evaluation.fleet import group_column, group_columns
+from emulator.evaluation.fleet import group_column, group_values, members
 
 
-def acceptance_columns(groups: dict[str, np.ndarray]) -> tuple[str, ...]:
-    """metrics.csv's names: accepted_<column>_<value>, the share of that group's honest reports accepted."""
-    return group_columns(groups, prefix="accepted")
+def honest_groups(groups: dict[str, np.ndarray], honest: np.ndarray | None = None) -> list[tuple[str, object]]:
+    """(column, value) of every group that holds an honest device (every group when `honest` is None)."""
+    return [(name, value) for name, values in groups.items() for value in group_values(values)
+            if honest is None or (members(values, value) & honest).any()]
+
+
+def acceptance_columns(groups: dict[str, np.ndarray], honest: np.ndarray | None = None) -> tuple[str, ...]:
+    """metrics.csv's names: accepted_<column>_<value>, the share of that group's honest reports accepted;
+    `honest` (per device; None: everyone) leaves out the groups without an honest device."""
+    return tuple(group_column("accepted", name, value) for name, value in honest_groups(groups, honest))
 
 
 def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[str, np.ndarray],
@@ -24,8 +34,7 @@ def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[
     devices, accepted = np.asarray(devices, np.int64), np.asarray(accepted, bool)
     keep = np.ones(len(devices), bool) if honest is None else honest[devices]
     row = {}
-    for name, values in groups.items():
-        for value in np.unique(values):
-            members = keep & (values[devices] == value) if len(devices) else np.zeros(0, bool)
-            row[group_column("accepted", name, value)] = float(accepted[members].mean()) if members.any() else None
+    for name, value in honest_groups(groups, honest):
+        inside = keep & members(groups[name][devices], value) if len(devices) else np.zeros(0, bool)
+        row[group_column("accepted", name, value)] = float(accepted[inside].mean()) if inside.any() else None
     return row

@@ -18,6 +18,7 @@ FLEET_COLUMNS = ("device_acc_mean", "device_acc_weighted", "device_acc_p10", "de
                  "devices_never_reported")
 GROUPING = ("compute_tier", "network_tier", "timezone_h", "type")  # participation.csv columns devices group by
 MAX_GROUPS = 12  # a column with more distinct values (a continuous one) is not a grouping
+MISSING = "none"  # the group of the devices without a value in a grouping column (e.g. no time zone)
 
 
 def device_scores(owner: np.ndarray, loss: np.ndarray, correct: np.ndarray, devices: int
@@ -67,19 +68,49 @@ def fleet_statistics(samples: np.ndarray, accuracy: np.ndarray, reported: np.nda
 
 
 def groupings(describe: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """The per-device columns (of participation.csv's) that split the fleet into a few groups."""
+    """The per-device columns (of participation.csv's) that split the fleet into a few groups (the devices
+    without a value, if any, counting as one group: MISSING)."""
     found = {}
     for name in GROUPING:
         values = describe.get(name)
-        if values is not None and 1 < len(np.unique(values)) <= MAX_GROUPS:
+        if values is not None and 1 < len(group_values(np.asarray(values))) <= MAX_GROUPS:
             found[name] = np.asarray(values)
     return found
 
 
+def missing(values: np.ndarray) -> np.ndarray:
+    """Per device, whether it has no value in a grouping column: NaN among numbers, None among objects, an
+    empty name among strings (a device outside every diurnal entry has no time zone)."""
+    values = np.asarray(values)
+    if values.dtype.kind == "f":
+        return np.isnan(values)
+    if values.dtype.kind in "US":
+        return np.char.strip(values) == ("" if values.dtype.kind == "U" else b"")
+    if values.dtype.kind == "O":
+        return np.fromiter((v is None or (isinstance(v, (float, np.floating)) and math.isnan(v))
+                            or (isinstance(v, str) and not v.strip()) for v in values), bool, len(values))
+    return np.zeros(len(values), bool)
+
+
+def group_values(values: np.ndarray) -> list:
+    """The groups of a grouping column, in order: its distinct values, then None (the group MISSING) when
+    some devices have none."""
+    gone = missing(values)
+    present = np.unique(np.asarray(values)[~gone]).tolist() if (~gone).any() else []
+    return present + ([None] if gone.any() else [])
+
+
+def members(values: np.ndarray, value) -> np.ndarray:
+    """Per device, whether it is in the group `value` (None: the devices without a value)."""
+    gone = missing(values)
+    return gone if value is None else ~gone & (np.asarray(values) == value)
+
+
 def group_columns(groups: dict[str, np.ndarray], prefix: str = "device_acc") -> tuple[str, ...]:
     """metrics.csv's names for a statistic of each group: <prefix>_<column>_<value> (the mean device
-    accuracy's by default)."""
-    return tuple(group_column(prefix, name, value) for name, values in groups.items() for value in np.unique(values))
+    accuracy's by default; <value> is MISSING for the devices without one)."""
+    return tuple(group_column(prefix, name, value) for name, values in groups.items()
+                 for value in group_values(values))
 
 
 def group_column(prefix: str, name: str, value) -> str:
@@ -91,13 +122,15 @@ def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.
     row = {}
     scored = samples > 0
     for name, values in groups.items():
-        for value in np.unique(values):
-            members = scored & (values == value)
-            row[group_column("device_acc", name, value)] = float(np.mean(accuracy[members])) if members.any() else None
+        for value in group_values(values):
+            inside = scored & members(values, value)
+            row[group_column("device_acc", name, value)] = float(np.mean(accuracy[inside])) if inside.any() else None
     return row
 
 
 def _label(value) -> str:
+    if value is None:
+        return MISSING
     if isinstance(value, (float, np.floating)) and float(value).is_integer():
         value = int(value)
     return str(value).replace(" ", "_")
