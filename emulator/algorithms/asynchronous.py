@@ -166,6 +166,8 @@ class FedBuff(AsynchronousAlgorithm):
         step, result = robust_buffer_step(deltas, np.array([w for _, w in buffered]), self.aggregator,
                                           self.config.normalisation)
         self.keep_acceptance(devices, result, deltas.shape)
+        if result.held:  # fewer reports than the rule needs: no step, the model as it was (the row says so)
+            return params
         return self.server_step(params, step)
 
     def state(self):

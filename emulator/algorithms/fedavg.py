@@ -15,7 +15,7 @@ from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import build_server_optimizer
-from emulator.aggregation.robust import build_aggregator, extra_operations
+from emulator.aggregation.robust import HELD_COLUMN, build_aggregator, extra_operations
 from emulator.aggregation.schedules import lr_at
 from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
 from emulator.algorithms.selection import build_selection
@@ -81,8 +81,9 @@ class FedAvg(Algorithm):
         self.aggregator = build_aggregator(getattr(config, "aggregator", None))
         self.acceptance: tuple[np.ndarray, np.ndarray] | None = None  # (devices, accepted) of the last robust round
         self.operations = 0.0  # the robust rule's element operations beyond the mean, this round (for the clock)
+        self.held = False  # whether the rule had too few updates this round, so the model was kept
         if self.aggregator is not None:
-            self.columns = tuple(self.columns) + ("updates_accepted",)
+            self.columns = tuple(self.columns) + ("updates_accepted", HELD_COLUMN)
 
     # ------------------------------------------------------------------------------------ rates
     @property
@@ -155,6 +156,8 @@ class FedAvg(Algorithm):
         rows, weights = np.stack([delta for _, delta, _ in kept]), np.array([w for _, _, w in kept])
         result = self.aggregator(rows, weights)
         self.keep_acceptance(np.array([device for device, _, _ in kept], np.int64), result, rows.shape)
+        if result.held:  # fewer updates than the rule needs: no step, the model as it was (the row says so)
+            return mean
         mean.total = np.asarray(result.aggregate, np.float64) * weights.sum()
         mean.weight, mean.count = float(weights.sum()), len(kept)
         return mean
@@ -168,6 +171,7 @@ class FedAvg(Algorithm):
             accepted = np.concatenate([self.acceptance[1], accepted])
         self.acceptance = (devices, accepted)
         self.operations += extra_operations(result, *shape)
+        self.held = self.held or bool(getattr(result, "held", False))
 
     def observe(self, update: ClientUpdate) -> None:
         """Per-update bookkeeping beyond the mean (SCAFFOLD's control variates)."""
@@ -186,7 +190,8 @@ class FedAvg(Algorithm):
         values = dict(self.lr) if self.scheduled else {}
         if self.aggregator is not None:
             values["updates_accepted"] = int(self.acceptance[1].sum()) if self.acceptance is not None else 0
-            self.acceptance, self.operations = None, 0.0
+            values[HELD_COLUMN] = int(self.held)
+            self.acceptance, self.operations, self.held = None, 0.0, False
         return values
 
     def state(self) -> dict:

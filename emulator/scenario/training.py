@@ -154,16 +154,32 @@ class ClientTraining(Strict):
             self.local_steps = 10
         if self.sampling == "with_replacement" and self.selection.kind != "uniform":
             raise ValueError("sampling with_replacement only applies to selection kind uniform")
-        assumed = getattr(self.aggregator, "f", None)
-        batch, field = self.robust_batch()
-        if assumed is not None and 2 * assumed >= batch:
-            raise ScenarioFieldError("aggregator.f", f"{assumed} attackers assumed among {batch} updates at once "
-                                     f"({field}): a robust rule needs f < half of them; lower f or raise {field}")
+        if self.aggregator is not None:
+            _fits_the_rule(self.aggregator, *self.robust_batch())
         return self
 
     def robust_batch(self) -> tuple[int, str]:
         """How many updates a robust aggregator sees at once, and the field that sets it."""
         return self.clients_per_round, "clients_per_round"
+
+
+def _fits_the_rule(rule, batch: int, field: str) -> None:
+    """A robust rule sees `batch` updates at once (set by `field`): refused when that is fewer than it needs
+    to be itself (its config's least_updates; a plugin's rule without one takes any number)."""
+    least = getattr(rule, "least_updates", None)
+    if least is None:
+        return
+    need, name, why = least()
+    if need <= batch:
+        return
+    path = "aggregator" + (f".{name}" if name else "")
+    if need >= 2 ** 31:  # no cohort is enough (a trimmed mean that trims nothing)
+        raise ScenarioFieldError(path, f"{why}; give a value that changes the rule, or leave algorithm.aggregator out")
+    where = f"algorithm.{field}" if field.isidentifier() else field
+    fix = (f"raise {where} to {need}" if field.isidentifier() else "use an algorithm that aggregates more at once") \
+        + (f" or change {name}" if name else "")
+    raise ScenarioFieldError(path, f"{rule.kind} needs at least {need} updates at once ({why}), but it sees {batch} "
+                             f"({where}); {fix}")
 
 
 class ServerTraining(Strict):
