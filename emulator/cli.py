@@ -311,6 +311,7 @@ def _run(args) -> int:
 
 def _warm(args) -> int:
     from emulator.runtime import warm
+    from emulator.server import SERVER_ACTOR
 
     if args.command == "down":
         stopped = warm.down()
@@ -320,7 +321,7 @@ def _warm(args) -> int:
         raise ScenarioError("emulator up: --num-cpus and --runners take a whole number >= 1")
     running = warm.find()
     try:
-        instance = running or warm.up(args.num_cpus, args.runners)
+        instance = running or warm.up(SERVER_ACTOR, args.num_cpus, args.runners)
     except RuntimeError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED

@@ -168,6 +168,7 @@ AVAILABILITY = Registry("availability model", "kind")
 SERVER_OPTIMIZERS = Registry("server optimizer", "kind")
 AGGREGATORS = Registry("aggregator", "kind")
 ATTACKS = Registry("attack", "kind")
+OBSERVERS = Registry("observer", "kind")  # columns of a scenario's own (emulator/server/observers/)
 
 register_algorithm = ALGORITHMS.register
 register_model = MODELS.register
@@ -178,3 +179,4 @@ register_availability = AVAILABILITY.register
 register_server_optimizer = SERVER_OPTIMIZERS.register
 register_aggregator = AGGREGATORS.register
 register_attack = ATTACKS.register
+register_observer = OBSERVERS.register

@@ -129,8 +129,8 @@ def federated(name, scenario, federation, rounds):
     context = RunContext("quad", federation, "logreg", 0)
     runner = DeviceRunner()
     for r in range(1, rounds + 1):
-        jobs = [DeviceJob("quad", d, algorithm.local_training(d), 0, 1, algorithm.job_payload(d)) for d in range(4)]
-        updates = [runner.train([context], params, job) for job in jobs]
+        jobs = [DeviceJob(d, algorithm.local_training(d), 0, 1, algorithm.job_payload(d)) for d in range(4)]
+        updates = [runner.train(context, params, job) for job in jobs]
         params = algorithm.aggregate(params, iter(updates), r)
     return params
 
@@ -241,8 +241,8 @@ def test_data_sharing_devices_train_on_their_data_plus_the_server_set():
     algorithm = build_algorithm(scenario.algorithm, AlgorithmContext(40, federation.sizes, 610, seed=0))
     runner = DeviceRunner()
     model = build_model("logreg", (60,), 10, 0)
-    update = runner.train([RunContext("ds", federation, "logreg", 0)], param_vector.flatten(model),
-                          DeviceJob("ds", 3, algorithm.local_training(3), 0))
+    update = runner.train(RunContext("ds", federation, "logreg", 0), param_vector.flatten(model),
+                          DeviceJob(3, algorithm.local_training(3), 0))
     assert update.num_samples == federation.sizes[3] + 50
     work = algorithm.samples_processed(np.array([3]), federation.sizes)
     assert work[0] == algorithm.local_training(3).samples_processed(federation.sizes[3] + 50)

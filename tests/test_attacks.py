@@ -45,7 +45,7 @@ def test_update_attacks_follow_their_definitions():
 
 def test_colluding_attackers_of_a_type_send_the_mean_of_their_updates():
     from emulator.algorithms.base import ClientUpdate
-    from emulator.runtime.adversaries import Adversaries
+    from emulator.server.adversaries import Adversaries
 
     types = np.array([0, 1, 1, 0, 2, 1])  # type 1 colludes, type 2 attacks alone
     adversaries = Adversaries([None, Attack(SignFlip(collude=True), 10), Attack(SignFlip(), 10)], types)

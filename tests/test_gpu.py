@@ -102,7 +102,7 @@ def image_context(key: str, model: str, precision: str = "fp32") -> RunContext:
 
 def jobs(key: str, count: int, optimizer: str = "sgd", steps: int = 5, lr: float = 0.05) -> list[DeviceJob]:
     spec = LocalTraining(lr=lr if optimizer == "sgd" else 1e-3, batch_size=32, local_steps=steps, optimizer=optimizer)
-    return [DeviceJob(key, device, spec, seed=100 + device) for device in range(count)]
+    return [DeviceJob(device, spec, seed=100 + device) for device in range(count)]
 
 
 def relative(a: np.ndarray, b: np.ndarray) -> float:
@@ -135,9 +135,9 @@ def test_a_gpu_runner_trains_what_a_cpu_runner_trains(model, vectorise, ieee_fp3
     context = image_context(f"same-{model}", model)
     on_cpu, on_gpu = DeviceRunner(gpu=False), DeviceRunner(gpu=True)
     assert on_gpu.device.type == "cuda" and on_gpu.device_name().startswith("cuda:")
-    start = flatten(on_cpu._run(context.key, [context])[1])
-    cpu = on_cpu.train_group([context], start, jobs(context.key, 6, **GENTLE), vectorise)
-    gpu = on_gpu.train_group([context], start, jobs(context.key, 6, **GENTLE), vectorise)
+    start = flatten(on_cpu._run(context)[1])
+    cpu = on_cpu.train_group(context, start, jobs(context.key, 6, **GENTLE), vectorise)
+    gpu = on_gpu.train_group(context, start, jobs(context.key, 6, **GENTLE), vectorise)
     for a, b in zip(gpu, cpu):
         assert a.device == b.device and a.num_samples == b.num_samples
         assert np.linalg.norm(b.delta) > 0
@@ -149,10 +149,10 @@ def test_a_gpu_runner_trains_what_a_cpu_runner_trains(model, vectorise, ieee_fp3
 def test_dropout_on_the_gpu_is_seeded_per_device_and_trains():
     context = image_context("dropout", "cnn_fmnist")
     runner = DeviceRunner(gpu=True)
-    start = flatten(runner._run(context.key, [context])[1])
+    start = flatten(runner._run(context)[1])
     for vectorise in (False, True):
-        first = runner.train_group([context], start, jobs(context.key, 4), vectorise)
-        again = runner.train_group([context], start, jobs(context.key, 4), vectorise)
+        first = runner.train_group(context, start, jobs(context.key, 4), vectorise)
+        again = runner.train_group(context, start, jobs(context.key, 4), vectorise)
         for a, b in zip(first, again):  # the same seed, the same masks: a rerun is the same
             assert np.isfinite(a.delta).all() and relative(a.delta, b.delta) < 1e-4
         assert relative(first[0].delta, first[1].delta) > 0.1  # devices differ
@@ -163,8 +163,8 @@ def test_bf16_autocast_on_the_gpu_stays_near_fp32():
     fp32, bf16 = image_context("fp32", "cnn_mnist"), image_context("bf16", "cnn_mnist", "bf16")
     runner = DeviceRunner(gpu=True)
     start = flatten(runner._run(fp32.key, [fp32])[1])
-    full = runner.train_group([fp32], start, jobs(fp32.key, 4, **GENTLE), True)
-    half = runner.train_group([bf16], start, jobs(bf16.key, 4, **GENTLE), True)
+    full = runner.train_group(fp32, start, jobs(fp32.key, 4, **GENTLE), True)
+    half = runner.train_group(bf16, start, jobs(bf16.key, 4, **GENTLE), True)
     for a, b in zip(half, full):
         assert np.isfinite(a.delta).all() and abs(a.stats.loss - b.stats.loss) < 0.01 * b.stats.loss
         # bf16 rounds activations to 8 bits of mantissa: 23% apart after 5 steps at lr 0.05 (H100), and a
@@ -176,9 +176,9 @@ def test_bf16_autocast_on_the_gpu_stays_near_fp32():
 def test_a_gpu_runner_evaluates_the_global_model_as_a_cpu_runner_does(ieee_fp32):
     context = image_context("evaluate", "cnn_fmnist")
     on_cpu, on_gpu = DeviceRunner(gpu=False), DeviceRunner(gpu=True)
-    params = flatten(on_cpu._run(context.key, [context])[1])
-    cpu = on_cpu.evaluate(context.key, [context], params, 64)
-    gpu = on_gpu.evaluate(context.key, [context], params, 64)
+    params = flatten(on_cpu._run(context)[1])
+    cpu = on_cpu.evaluate(context, params, 64)
+    gpu = on_gpu.evaluate(context, params, 64)
     assert abs(gpu[0] - cpu[0]) < 1e-4 * cpu[0] and abs(gpu[1] - cpu[1]) <= 2 / 200  # a sample or two may flip
     assert (gpu[3] == cpu[3]).all() and gpu[3].sum() == 200  # every test sample counted, by class
 
@@ -188,12 +188,12 @@ def test_a_gpu_runner_does_not_grow_its_memory_from_round_to_round():
     context = image_context("memory", "cnn_fmnist")
     runner = DeviceRunner(gpu=True)
     trial = GpuTrial(jobs(context.key, 1, "adam")[0].spec, 40, 0.5, vectorise=True)  # groups of 10, as below
-    need = runner.prepare(context.key, [context], trial)
+    need = runner.prepare(context, trial)
     assert need is not None and need.data >= 2000 * 784 * 4 + 2000 * 8  # float32 images, int64 labels
     params = flatten(runner._runs[context.key][1])
     seen = []
     for round_number in range(100):
-        updates = runner.train_group([context], params, jobs(context.key, 10, "adam"), True)
+        updates = runner.train_group(context, params, jobs(context.key, 10, "adam"), True)
         params = params + np.mean([u.delta for u in updates], axis=0)
         seen.append(runner.memory())
     assert seen[9]["allocated"] == seen[-1]["allocated"]  # nothing kept from round to round

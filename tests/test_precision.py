@@ -154,8 +154,8 @@ def test_bf16_without_hardware_is_refused_before_ray_starts(tmp_path, monkeypatc
     def no_ray(*args, **kwargs):
         raise AssertionError("Ray was started")
 
-    monkeypatch.setattr("emulator.driver.ray_session", no_ray)
-    monkeypatch.setattr("emulator.driver.federation_for", no_ray)
+    monkeypatch.setattr("emulator.driver.session.ray_session", no_ray)
+    monkeypatch.setattr("emulator.driver.data.federation_for", no_ray)
     scenario = validate_scenario(small_scenario(**{"runtime.precision": "bf16"}))
     with pytest.raises(ScenarioError) as refused:
         run_scenario(scenario, tmp_path / "run")
@@ -184,15 +184,15 @@ def context(precision_name: str) -> RunContext:
 
     scenario = validate_scenario(small_scenario())
     federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
-    return RunContext("ctx", federation, "logreg", 0, {}, (), precision_name)
+    return RunContext(f"{precision_name}-run", federation, "logreg", 0, {}, (), precision_name)
 
 
 def test_a_runner_without_bf16_refuses_the_run(monkeypatch):
     monkeypatch.setenv(precision.FAKE_NO_BF16, "1")
     runner = DeviceRunner()
-    runner.prepare("fp32-run", [context("fp32")])  # fp32 needs nothing
+    runner.prepare(context("fp32"))  # fp32 needs nothing
     with pytest.raises(ScenarioError, match=r"^runtime\.precision: bf16, but a runner on .* \(cpu\) cannot train"):
-        runner.prepare("bf16-run", [context("bf16")])
+        runner.prepare(context("bf16"))
 
 
 def test_a_runner_actor_without_bf16_reaches_the_driver_as_bad_input(ray_session):
@@ -200,24 +200,25 @@ def test_a_runner_actor_without_bf16_reaches_the_driver_as_bad_input(ray_session
     (exit 2), not a Ray traceback."""
     import ray
 
-    from emulator.driver import _prepare
+    from emulator.driver.actors import ServerHandle
     from emulator.runtime.pool import RunnerPool
-    from emulator.runtime.runner import RunnerActor
+    from emulator.runtime.runner import RunHandle, RunnerActor
 
     actor = RunnerActor.options(num_cpus=0, runtime_env={"env_vars": {precision.FAKE_NO_BF16: "1"}}).remote()
     try:
-        box = [ray.put(context("bf16"))]
+        handle = ServerHandle.__new__(ServerHandle)  # only its runners' side: no server is started
+        handle.pool, handle.run = RunnerPool([actor]), RunHandle("ctx", ray.put(context("bf16")))
         with pytest.raises(ScenarioError, match=r"^runtime\.precision: bf16, but a runner on "):
-            _prepare(RunnerPool([actor]), "ctx", box)
+            handle.prepare_runners()
     finally:
         ray.kill(actor)
 
 
 def test_the_server_without_bf16_refuses_the_run_in_preflight(monkeypatch):
-    from emulator.runtime.server import FederatedServer
+    from emulator.server.server import FederatedServer
 
     raw = validate_scenario(small_scenario(**{"runtime.precision": "bf16"})).model_dump(mode="json")
-    server = FederatedServer(raw, [context("bf16")], runners=["unused"])
+    server = FederatedServer(raw, context("bf16"), runners=["unused"])
     monkeypatch.setenv(precision.FAKE_NO_BF16, "1")
     with pytest.raises(ScenarioError, match=r"^runtime\.precision: bf16, but the server on "):
         server.preflight()

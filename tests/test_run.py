@@ -108,13 +108,13 @@ def test_the_data_built_while_ray_starts_survives_its_process_forks():
     import subprocess
     import time
 
-    from emulator.driver import _Data
+    from emulator.driver.data import DataBuilder
     from emulator.runtime.startup import StartupProfile
 
     scenario = validate_scenario(small_scenario(**{
         "population.devices": 200, "data.synthetic": {"iid": True, "min_samples": 1500, "max_samples": 2500}}))
     for _ in range(3):
-        data = _Data(scenario, None, StartupProfile(), background=True, notify=lambda line: None)
+        data = DataBuilder(scenario, None, StartupProfile(), background=True, notify=lambda line: None)
         deadline = time.monotonic() + 60
         while data.thread.is_alive() and time.monotonic() < deadline:
             subprocess.run(["true"], preexec_fn=lambda: None)

@@ -108,14 +108,14 @@ def federation(shape, devices=6, per_device=20, seed=0) -> Federation:
 
 def jobs_for(devices, **spec):
     settings = dict(lr=0.05, batch_size=8, local_epochs=2, momentum=0.5, prox_mu=0.1) | spec
-    return [DeviceJob("ctx", d, LocalTraining(**settings), seed=1000 + d) for d in devices]
+    return [DeviceJob(d, LocalTraining(**settings), seed=1000 + d) for d in devices]
 
 
 @pytest.mark.parametrize("model", ["mlp", "logreg"])
 def test_a_runner_group_is_the_devices_trained_one_by_one(model):
     runner = DeviceRunner()
-    box = [RunContext("ctx", federation((12,)), model, 0)]
-    start = runner._run("ctx", box)[1]
+    box = RunContext("ctx", federation((12,)), model, 0)
+    start = runner._run(box)[1]
     params = np.concatenate([p.detach().reshape(-1).numpy() for p in start.state_dict().values()]).astype(np.float32)
     jobs = jobs_for(range(6))
     one_by_one = [runner.train(box, params, job) for job in jobs]
@@ -131,8 +131,8 @@ def test_a_runner_group_is_the_devices_trained_one_by_one(model):
 
 def test_a_model_vmap_cannot_train_falls_back_to_one_device_at_a_time():
     runner = DeviceRunner()
-    box = [RunContext("ctx", federation((3, 8, 8), devices=3, per_device=6), "resnet18", 0)]
-    start = runner._run("ctx", box)[1]
+    box = RunContext("ctx", federation((3, 8, 8), devices=3, per_device=6), "resnet18", 0)
+    start = runner._run(box)[1]
     params = np.concatenate([t.detach().reshape(-1).numpy() for t in start.state_dict().values()
                              if torch.is_floating_point(t)]).astype(np.float32)
     jobs = jobs_for(range(3), local_epochs=None, local_steps=1, momentum=0.0, prox_mu=0.0)
@@ -143,16 +143,16 @@ def test_a_model_vmap_cannot_train_falls_back_to_one_device_at_a_time():
 
 
 def test_the_server_says_when_the_model_cannot_be_vectorised():
-    from emulator.runtime.server import FederatedServer
+    from emulator.server.server import FederatedServer
 
     raw = validate_scenario(small_scenario(**{"runtime.vectorise": True})).model_dump(mode="json")
     fed = federation((60,), devices=40, per_device=10)
-    assert FederatedServer(raw, [RunContext("ctx", fed, "logreg", 0)], runners=["unused"]).preflight() == []
+    assert FederatedServer(raw, RunContext("ctx", fed, "logreg", 0), runners=["unused"]).preflight() == []
     raw["model"] = {"name": "char_lstm"}  # refused by cohort.supports: a recurrent layer
     tokens = ArrayDataset(np.random.default_rng(0).integers(0, 80, (400, 12)), np.zeros(400, np.int64), 80)
     text = Federation(train=tokens, test=tokens.subset(np.arange(8)), device_indices=np.arange(400),
                       device_offsets=np.arange(0, 401, 10), server_indices=np.zeros(0, np.int64))
-    notes = FederatedServer(raw, [RunContext("ctx", text, "char_lstm", 0)], runners=["unused"]).preflight()
+    notes = FederatedServer(raw, RunContext("ctx", text, "char_lstm", 0), runners=["unused"]).preflight()
     assert len(notes) == 1 and notes[0].startswith("runtime.vectorise: model 'char_lstm' trains one device at a time")
     assert "recurrent" in notes[0]
 
@@ -205,10 +205,10 @@ def test_bf16_vectorised_is_as_close_to_fp32_as_bf16_one_by_one():
     runner = DeviceRunner()
     deltas = {}
     for name in ("fp32", "bf16"):
-        box = [RunContext(name, federation((12,)), "mlp", 0, precision=name)]
-        start = runner._run(name, box)[1]
+        box = RunContext(name, federation((12,)), "mlp", 0, precision=name)
+        start = runner._run(box)[1]
         params = np.concatenate([p.detach().reshape(-1).numpy() for p in start.state_dict().values()])
-        jobs = [DeviceJob(name, j.device, j.spec, j.seed) for j in jobs_for(range(6))]
+        jobs = jobs_for(range(6))
         deltas[name] = [runner.train(box, params, job).delta for job in jobs]
         deltas[name + " vectorised"] = [u.delta for u in runner.train_group(box, params, jobs, True)]
     off = {key: [np.linalg.norm(d - f) for d, f in zip(deltas[key], deltas["fp32"])]

@@ -8,14 +8,13 @@ the server optimizer, rate schedules by server update) is FedAvg's.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Literal
 
 import numpy as np
 from pydantic import Field, model_validator
 
 from emulator.aggregation.staleness import StalenessBuffer, fedasync_mix, robust_buffer_step, staleness_weight
-from emulator.algorithms.base import ClientUpdate, RoundPlan
+from emulator.algorithms.base import Arrival, RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.scenario.base import ScenarioFieldError
 from emulator.scenario.training import AsynchronousTraining
@@ -67,15 +66,6 @@ class FedBuffConfig(AsynchronousTraining):
         return self
 
 
-@dataclass
-class Arrival:
-    """A report as the server applies it: the update, its staleness, and the model its device started from."""
-
-    update: ClientUpdate
-    staleness: int
-    downloaded: np.ndarray
-
-
 class AsynchronousAlgorithm(FedAvg):
     asynchronous = True
 
@@ -89,7 +79,7 @@ class AsynchronousAlgorithm(FedAvg):
 
     def plan_round(self, round_index: int) -> RoundPlan:
         self.set_round(round_index)
-        return RoundPlan("async", self.reports_per_update, self.selection)
+        return RoundPlan(RoundKind.ASYNC, self.reports_per_update, self.selection)
 
     def weight_of(self, staleness: int) -> float:
         """s(d); 0 for an update staler than max_staleness (discarded: wasted work)."""
@@ -98,9 +88,6 @@ class AsynchronousAlgorithm(FedAvg):
             return 0.0
         settings = self.config.staleness
         return staleness_weight(settings.kind, staleness, settings.a, settings.b)
-
-    def apply(self, params: np.ndarray, arrivals: list[Arrival], update_index: int) -> np.ndarray:
-        raise NotImplementedError
 
     def aggregate(self, params, updates, round_index):
         raise TypeError(f"{self.name} is asynchronous: its reports arrive through apply(), not aggregate()")

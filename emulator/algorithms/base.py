@@ -1,15 +1,18 @@
-"""The algorithm interface: small hooks the server actor calls every round.
+"""The algorithm interface: small hooks the server's round engines call every round.
 
 An algorithm never touches Ray or the clock. It says what kind of round comes next and whom to select
 (`plan_round`), what each device runs (`local_training`, plus any per-device inputs in `job_payload`),
-how streamed updates become the next global model (`aggregate`), what a server round does
-(`server_round`), and what to record afterwards (`after_round`). Server-side training goes through
-`context.server_train`, which the runtime provides and charges to the simulated clock.
+how streamed updates become the next global model (`aggregate`; an asynchronous algorithm's `apply`),
+what a server round does (`server_round`), and what to record afterwards (`after_round`). Server-side
+training goes through `context.server_train`, which the runtime provides and charges to the simulated
+clock. `Algorithm` declares every hook and attribute the engines use, with the default a plain
+synchronous algorithm wants; `HOOKS` names them, so a wrapper (`algorithms/hosted.py`) forwards them all.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from enum import Enum
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -17,12 +20,38 @@ from emulator.algorithms.selection import SelectionPolicy
 from emulator.training.local import LocalTraining, TrainStats
 
 
+class RoundKind(str, Enum):
+    """What a round is. CLIENT: the selected devices train; SNAPSHOT: a uniform cohort from the whole
+    population, waited for (FAST); SERVER: the server trains on its own data (SAFARI); ASYNC: one server
+    update of an asynchronous algorithm. Written to metrics.csv's `kind` as its value."""
+
+    CLIENT = "client"
+    SNAPSHOT = "snapshot"
+    SERVER = "server"
+    ASYNC = "async"
+
+    def __str__(self) -> str:
+        return self.value
+
+    def __format__(self, spec: str) -> str:
+        return format(self.value, spec)
+
+
 @dataclass(frozen=True)
 class RoundPlan:
-    kind: str  # "client": devices train; "snapshot": a uniform cohort from everyone, waited for; "server"
+    """The next round as the algorithm wants it. `kind` may be given as its value ("client")."""
+
+    kind: RoundKind
     cohort: int = 0  # how many reports the round aims for
     selection: SelectionPolicy | None = None
     wait_for_all: bool = False  # draw exactly `cohort` (no over-selection) and wait for every one of them
+
+    def __post_init__(self):
+        try:
+            object.__setattr__(self, "kind", RoundKind(self.kind))
+        except ValueError:
+            raise ValueError(f"RoundPlan.kind: {self.kind!r} is no round kind; use one of "
+                             f"{', '.join(repr(k.value) for k in RoundKind)}") from None
 
 
 @dataclass
@@ -35,6 +64,16 @@ class ClientUpdate:
     stats: TrainStats
     multiplicity: int = 1  # how many times the device was drawn this round (sampling with replacement)
     own: np.ndarray | None = None  # a personalized algorithm's: the device's own entries after the round
+
+
+@dataclass
+class Arrival:
+    """A report as an asynchronous algorithm applies it: the update, its staleness (server updates since
+    its device downloaded the model), and the model its device started from."""
+
+    update: ClientUpdate
+    staleness: int
+    downloaded: np.ndarray
 
 
 ServerTrainer = Callable[[np.ndarray, LocalTraining, str], "tuple[np.ndarray, TrainStats]"]
@@ -61,12 +100,20 @@ class AlgorithmContext:
 
 
 class Algorithm:
+    """The hooks below are all the engines call; override those the algorithm changes.
+
+    A minimal synchronous algorithm overrides `plan_round`, `local_training` and `aggregate`; an
+    asynchronous one sets `asynchronous = True` and `concurrency`, and overrides `apply` instead of
+    `aggregate`."""
+
     name = "base"
-    columns: tuple[str, ...] = ()  # extra per-round metric columns this algorithm fills in
+    columns: tuple[str, ...] = ()  # extra per-round metric columns this algorithm fills in (after_round)
     payload = (1, 1)  # model-sized vectors each device downloads and uploads (SCAFFOLD: 2, 2)
     honours_rates = False  # applies algorithm.server_optimizer and the *_lr_schedule fields (FedAvg's family does)
     personal = None  # a Personalization where devices keep state of their own (algorithms/personalized.py)
     shared_share = 1.0  # the share of the model that travels (FedPer's personal layers never do)
+    asynchronous = False  # True: no rounds; every plan is an ASYNC server update fed through `apply`
+    concurrency: int | None = None  # an asynchronous algorithm's devices training at once
 
     def __init__(self, config, context: AlgorithmContext):
         self.config = config
@@ -86,9 +133,11 @@ class Algorithm:
                              "emulator.algorithms.fedavg.FedAvg, which applies it")
 
     def plan_round(self, round_index: int) -> RoundPlan:
+        """Called first in every round (1-based): its kind, how many reports it aims for, and whom to select."""
         raise NotImplementedError
 
     def local_training(self, device: int) -> LocalTraining:
+        """What `device` runs this round (rates, steps, optimizer); called once per reporting device."""
         raise NotImplementedError
 
     def job_payload(self, device: int) -> np.ndarray | None:
@@ -123,11 +172,17 @@ class Algorithm:
         """Consume updates as they stream in (arrival order) and return the next global parameters."""
         raise NotImplementedError
 
+    def apply(self, params: np.ndarray, arrivals: list[Arrival], update_index: int) -> np.ndarray:
+        """An asynchronous algorithm's server update: the next global parameters from `arrivals` (in
+        simulated arrival order, each with its staleness)."""
+        raise NotImplementedError(f"{self.name} is not asynchronous: its reports arrive through aggregate()")
+
     def server_round(self, params: np.ndarray, round_index: int) -> tuple[np.ndarray, TrainStats]:
+        """A SERVER round's training on the server's own data: (next parameters, its statistics)."""
         raise NotImplementedError(f"{self.name} has no server rounds")
 
-    def after_round(self, row: dict) -> dict:
-        """Values for `columns`, given the round's metrics row so far."""
+    def after_round(self, record: Mapping) -> dict:
+        """Values for `columns`, given the round's record so far (read it as a mapping: record["train_acc"])."""
         return {}
 
     def state(self) -> dict:
@@ -136,3 +191,9 @@ class Algorithm:
 
     def load_state(self, state: dict) -> None:
         pass
+
+
+# Every hook the engines call: what a wrapping algorithm must forward (algorithms/hosted.py).
+HOOKS = tuple(name for name, value in vars(Algorithm).items()
+              if callable(value) and not name.startswith("_") and name not in ("state", "load_state"))
+ATTRIBUTES = ("payload", "personal", "shared_share", "asynchronous", "concurrency")

@@ -19,8 +19,9 @@ from typing import Literal, Optional
 import numpy as np
 from pydantic import Field, model_validator
 
-from emulator.algorithms.base import Algorithm, RoundPlan
+from emulator.algorithms.base import RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgM, FedProx
+from emulator.algorithms.hosted import Hosted
 from emulator.algorithms.selection import build_selection
 from emulator.scenario.training import ClientTraining, single_server_momentum
 from emulator.seeding import rng
@@ -63,16 +64,16 @@ def adapt_q(q: float, previous_accuracy: float, accuracy: float, lam: float) -> 
     return float(np.clip(q + lam * (previous_accuracy - accuracy), 0.0, 1.0))
 
 
-class Fast(Algorithm):
+class Fast(Hosted):
+    """Snapshot rounds on top of a host; every other hook is the host's (algorithms/hosted.py)."""
+
     name = "fast"
-    columns = ("q",)
+    own_columns = ("q",)
     honours_rates = True  # through its host
 
     def __init__(self, config, context):
         super().__init__(config, context)
         self.host = HOSTS[config.host](config, context)
-        self.payload = self.host.payload
-        self.columns = tuple(self.columns) + tuple(c for c in self.host.columns if c not in self.columns)
         self.q = config.q if config.q is not None else (1.0 / config.every if config.every else 0.0)
         self.previous_accuracy = 0.0
         self.snapshot_selection = build_selection(config, context.num_devices, context.seed, uniform=True)
@@ -86,26 +87,11 @@ class Fast(Algorithm):
         else:
             snapshot = rng(self.context.seed, "snapshot", round_index).random() < self.q
         if snapshot:
-            return RoundPlan("snapshot", self.config.clients_per_round, self.snapshot_selection,
+            return RoundPlan(RoundKind.SNAPSHOT, self.config.clients_per_round, self.snapshot_selection,
                              wait_for_all=self.config.snapshot_close == "all")
         return self.host.plan_round(round_index)
 
-    def local_training(self, device):
-        return self.host.local_training(device)
-
-    def samples_processed(self, devices, sizes):
-        return self.host.samples_processed(devices, sizes)
-
-    def aggregate(self, params, updates, round_index):
-        return self.host.aggregate(params, updates, round_index)
-
-    def accepted_updates(self):
-        return self.host.accepted_updates()
-
-    def server_operations(self):
-        return self.host.server_operations()
-
-    def after_round(self, row: dict) -> dict:
+    def after_round(self, row) -> dict:
         if self.config.adaptive and row.get("train_acc") is not None:
             self.q = adapt_q(self.q, self.previous_accuracy, row["train_acc"], self.config.lam)
             self.previous_accuracy = row["train_acc"]

@@ -17,7 +17,7 @@ from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import build_server_optimizer
 from emulator.aggregation.robust import HELD_COLUMN, build_aggregator, extra_operations
 from emulator.aggregation.schedules import lr_at
-from emulator.algorithms.base import Algorithm, ClientUpdate, RoundPlan
+from emulator.algorithms.base import Algorithm, ClientUpdate, RoundKind, RoundPlan
 from emulator.algorithms.selection import build_selection
 from emulator.scenario.training import ClientTraining, single_server_momentum
 from emulator.training.local import LocalTraining
@@ -109,7 +109,7 @@ class FedAvg(Algorithm):
     # ------------------------------------------------------------------------------------ hooks
     def plan_round(self, round_index: int) -> RoundPlan:
         self.set_round(round_index)
-        return RoundPlan("client", self.config.clients_per_round, self.selection)
+        return RoundPlan(RoundKind.CLIENT, self.config.clients_per_round, self.selection)
 
     def local_training(self, device: int) -> LocalTraining:
         lr = self.lr["client_lr"]

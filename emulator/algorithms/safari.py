@@ -13,7 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import Field
 
-from emulator.algorithms.base import RoundPlan
+from emulator.algorithms.base import RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.scenario.training import ClientTraining, LrSchedule, ServerTraining
 from emulator.seeding import rng
@@ -49,7 +49,7 @@ class Safari(FedAvg):
         self.set_round(round_index)
         if rng(self.context.seed, "round-kind", round_index).random() < self.config.q:
             return super().plan_round(round_index)
-        return RoundPlan("server")
+        return RoundPlan(RoundKind.SERVER)
 
     def server_step(self, params, mean_delta):
         return self.server_optimizer.step(params, mean_delta, self.lr["global_lr"])

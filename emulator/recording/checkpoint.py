@@ -32,7 +32,7 @@ NOT_RESULTS = ("name", "rounds", "runtime", "output", "stop")
 NOT_RESULTS_DATA = ("root", "download", "store")
 # Sections that, switched off, leave a scenario's identity as it was before they existed (fingerprints,
 # `emulator report`'s experiment keys): their values when off.
-OFF_BY_DEFAULT = {"privacy": None, "secure_aggregation": None, "compression": {"kind": "none"}}
+OFF_BY_DEFAULT = {"privacy": None, "secure_aggregation": None, "compression": {"kind": "none"}, "observers": []}
 
 
 class CheckpointError(ValueError):

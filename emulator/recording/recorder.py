@@ -31,10 +31,16 @@ from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory
 if TYPE_CHECKING:
     from emulator.scenario import Scenario
 
-# a row's per-class test accuracies (evaluation rounds): the server puts them in the row under this key, the
-# recorder takes them out for class_accuracy.csv (never a metrics column)
-CLASS_ACCURACY = "_class_acc"
-DEVICE_EVAL = "_device_eval"  # likewise, an evaluation's per-device table for device_eval.csv
+class RecordedRound(Protocol):
+    """A finished round as the server hands it over (emulator/server/record.py's RoundRecord)."""
+
+    round: int
+    sim_time_s: float
+    class_accuracy: list | None  # an evaluation round's per-class test accuracies, for class_accuracy.csv
+    device_eval: dict | None  # an evaluation's per-device table, for device_eval.csv
+
+    def row(self) -> dict:
+        """metrics.csv's row."""
 
 
 class Source(Protocol):
@@ -64,6 +70,7 @@ class Recorder:
         self.summary: dict = {}
         self._columns: tuple[str, ...] | None = None
         self._board = None
+        self._dropped_until: int | None = None  # rounds a rewind dropped, kept aside until on record again
 
     @property
     def path(self) -> Path:
@@ -79,22 +86,22 @@ class Recorder:
         self._write_summary()
         self._open(columns)
 
-    def record(self, row: dict) -> None:
-        """One finished round: on disk in every output before this returns. Pops the per-class accuracies
-        (they go to class_accuracy.csv, not into the row)."""
-        r = int(row["round"])
-        class_accuracy = row.pop(CLASS_ACCURACY, None)
-        if class_accuracy is not None:  # before the metrics row: a round on record has its classes
-            self.directory.append_class_accuracy(r, row["sim_time_s"], class_accuracy)
-        device_eval = row.pop(DEVICE_EVAL, None)
-        if device_eval is not None:  # and its devices' scores
-            self.directory.append_device_eval(r, row["sim_time_s"], device_eval)
+    def record(self, record: RecordedRound) -> None:
+        """One finished round: on disk in every output before this returns."""
+        r, row = int(record.round), record.row()
+        if record.class_accuracy is not None:  # before the metrics row: a round on record has its classes
+            self.directory.append_class_accuracy(r, record.sim_time_s, record.class_accuracy)
+        if record.device_eval is not None:  # and its devices' scores
+            self.directory.append_device_eval(r, record.sim_time_s, record.device_eval)
         self.directory.append(row)
         if self._board is not None:
             self._board.append(row)
         if self.scenario.system.events:
             self.directory.append_events(self.source.events())
         self.rows.append(row)
+        if self._dropped_until is not None and r >= self._dropped_until:  # every dropped round is back
+            self.directory.drop_copy()
+            self._dropped_until = None
         every = self.scenario.output.checkpoint_every
         if (every and r % every == 0) or r == self.scenario.rounds:
             checkpoints.write(self.path, self.source.state(), self.scenario)
@@ -111,15 +118,27 @@ class Recorder:
         are run again. Returns the rows kept. Before `start` (a resume), only the files are rewound."""
         opened = self._columns is not None
         self._close_board()
+        _, on_disk = self.directory.whole_metrics()
+        furthest = max((int(row["round"]) for row in on_disk), default=0)
+        if furthest > round_done and self._dropped_until is None:  # put back if the run stops before them
+            self.directory.keep_copy()
+            self._dropped_until = furthest
         self.rows = self.directory.rewind(round_done)
         if opened:
             self._open(self._columns)
         return self.rows
 
-    def finish(self, started: float) -> None:
+    def finish(self, started: float, stamp_end: bool = True) -> None:
         """Write participation.csv (as of the last recorded round) and the final summary, whatever happened;
-        close every output. `started`: when the run started (time.time()), for its wall time."""
+        close every output. `started`: when the run started (time.time()), for its wall time; `stamp_end`
+        False keeps the summary's own times (a resume that failed before any new round). Rounds a rewind
+        dropped and the run did not get back to are put back as they were."""
         self._close_board()
+        if self._dropped_until is not None:
+            self.directory.restore_copy()
+            self._dropped_until = None
+            _, self.rows = self.directory.whole_metrics()
+            self.directory.close()
         summary = self.summary
         try:
             if self.rows or summary.get("status") == "completed":
@@ -130,7 +149,7 @@ class Recorder:
             summary["note"] = f"participation.csv not updated: {type(exc).__name__}"
         if self.rows:  # the rounds metrics.csv holds, whatever stopped the run (a full disk mid-checkpoint too)
             summary.update(progress(self.rows))
-        if not summary.pop("_keep", False):
+        if stamp_end:
             summary["finished_at"] = stamp(time.time())
             summary["wall_time_s"] = round(time.time() - started, 3)
         self._write_summary()
@@ -170,8 +189,8 @@ def on_disk(summary: dict) -> dict:
     the rounds as they finish): a run killed mid-way then has a summary that says "running" and nothing
     about its rounds that metrics.csv could contradict; the final summary takes them from the rows."""
     if summary.get("status") != "running":
-        return {k: v for k, v in summary.items() if k != "_rows"}
-    return {**{k: v for k, v in summary.items() if k not in FIGURES and k != "_rows"},
+        return dict(summary)
+    return {**{k: v for k, v in summary.items() if k not in FIGURES},
             "rounds_on_record": "metrics.csv (the figures are added here when the run ends)"}
 
 

@@ -166,8 +166,9 @@ class RunDirectory:
         """Open metrics.csv for appending rows of `columns` (a file written by an older version with
         other columns is rewritten with these first)."""
         header, rows = self.whole_metrics()
-        if header and header != list(columns):
-            self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], list(columns))
+        columns = list(columns) + [c for c in header if c not in columns]  # a recorded column is never dropped
+        if header and header != columns:
+            self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], columns)
         self.keep_room_for_the_summary()
         self._metrics = open(self.metrics_path, "a", newline="")
         self._writer = csv.DictWriter(self._metrics, fieldnames=list(columns), extrasaction="raise")
@@ -275,6 +276,33 @@ class RunDirectory:
             self._rewrite(devices, [r for r in device_rows if int(r["round"]) <= round_done], device_columns)
         return kept
 
+    # A rewind drops rounds that are run again. Until they are on record again, the files as they were
+    # are kept aside, so that a run stopping first (a failed resume, a server that dies again) puts them back.
+    def keep_copy(self) -> None:
+        aside = self.path / ASIDE
+        aside.mkdir(exist_ok=True)
+        for name in ROUND_FILES:
+            if (self.path / name).exists() and not (aside / name).exists():
+                with atomic_file(aside / name) as handle:
+                    handle.write((self.path / name).read_text())
+
+    def restore_copy(self) -> None:
+        aside = self.path / ASIDE
+        if not aside.is_dir():
+            return
+        self.close()
+        for name in ROUND_FILES:
+            if (aside / name).exists():
+                os.replace(aside / name, self.path / name)
+        self.drop_copy()
+
+    def drop_copy(self) -> None:
+        aside = self.path / ASIDE
+        if aside.is_dir():
+            for name in ROUND_FILES:
+                (aside / name).unlink(missing_ok=True)
+            aside.rmdir()
+
     @staticmethod
     def _rewrite(path: Path, rows: list[dict], columns: list[str]) -> None:
         if not columns:  # nothing valid was ever written: start the file afresh
@@ -345,6 +373,8 @@ def _cell(value):
 EVENT_COLUMNS = ("round", "time_s", "device", "event")
 CLASS_ACCURACY_FILE = "class_accuracy.csv"
 DEVICE_EVAL_FILE = "device_eval.csv"
+ROUND_FILES = ("metrics.csv", "events.csv", CLASS_ACCURACY_FILE, DEVICE_EVAL_FILE)  # one row set per round
+ASIDE = ".before-rewind"  # where a rewind keeps them until the rounds it dropped are on record again
 
 
 def class_accuracy_columns(classes: int) -> list[str]:

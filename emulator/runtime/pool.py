@@ -108,10 +108,10 @@ class RunnerPool:
 
     shared_key = None
 
-    def prepare(self, run_key: str, context_box: list, gpu_trial=None) -> list:
+    def prepare(self, run, gpu_trial=None) -> list:
         """Every runner loads the run; GPU runners also check their share's memory (runner.GpuTrial).
         Returns each runner's measured GPU need (None for a CPU runner)."""
-        return [inline.get(ref) for ref in [r.prepare.remote(run_key, context_box, gpu_trial) for r in self.runners]]
+        return [inline.get(ref) for ref in [r.prepare.remote(run, gpu_trial) for r in self.runners]]
 
     def node_ids(self) -> list[str]:
         return [inline.get(ref) for ref in [r.node_id.remote() for r in self.runners]]

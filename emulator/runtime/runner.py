@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import ray
@@ -52,16 +53,23 @@ def _model_guard(context: RunContext, stage: str):
     return guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", stage)
 
 
-def unbox(context_box: list) -> RunContext:
-    """The run's context, from a one-item list holding it or its object reference (a list, so Ray does not
-    fetch it for every call: runners fetch it once and cache it)."""
-    item = context_box[0]
-    return item if isinstance(item, RunContext) else ray.get(item)
+@dataclass(frozen=True)
+class RunHandle:
+    """A run as the runners are handed it on Ray: its key, and the object reference of its RunContext
+    (inside an object, so Ray does not fetch the context for every call: a runner fetches it once and
+    keeps it by key). In one process the RunContext itself is the handle."""
+
+    key: str
+    ref: Any
+
+
+def unbox(run: RunContext | RunHandle) -> RunContext:
+    """The run's context, from its handle."""
+    return run if isinstance(run, RunContext) else ray.get(run.ref)
 
 
 @dataclass(frozen=True)
 class DeviceJob:
-    run_key: str
     device: int
     spec: LocalTraining
     seed: int  # derived from (scenario seed, round, device): the same whichever runner trains it
@@ -92,9 +100,10 @@ class DeviceRunner:
         self.device = torch.device("cuda", torch.cuda.current_device()) if gpu else torch.device("cpu")
         _warm_up(self.device)
 
-    def _run(self, key: str, context_box: list) -> tuple[RunContext, torch.nn.Module]:
+    def _run(self, run: RunContext | RunHandle) -> tuple[RunContext, torch.nn.Module]:
+        key = run.key
         if key not in self._runs:
-            context = unbox(context_box)
+            context = unbox(run)
             numerics.require(context.precision, self.device, f"a runner on {_host()} ({self.device.type})")
             load_parts(context.plugins)
             train = context.federation.train
@@ -106,11 +115,11 @@ class DeviceRunner:
         self._runs.move_to_end(key)
         return self._runs[key]
 
-    def prepare(self, run_key: str, context_box: list, gpu_trial: GpuTrial | None = None) -> GpuNeed | None:
+    def prepare(self, run: RunContext | RunHandle, gpu_trial: GpuTrial | None = None) -> GpuNeed | None:
         """Load a run's data and model ahead of its first round. A GPU runner given `gpu_trial` also
         measures what the run needs of its GPU, refuses a share that cannot hold it (ScenarioError, see
         runtime/gpu_share.py) and caps its memory at its share; returns the measured need (None on CPU)."""
-        context, model = self._run(run_key, context_box)
+        context, model = self._run(run)
         if self.device.type != "cuda" or gpu_trial is None:
             return None
         need = self._measure_gpu_need(context, model, gpu_trial)
@@ -148,23 +157,23 @@ class DeviceRunner:
         training = torch.cuda.max_memory_reserved(self.device) - base
         return GpuNeed(data=max(data, base - before), training=training)
 
-    def evaluate(self, run_key: str, context_box: list, global_params: np.ndarray,
+    def evaluate(self, run: RunContext | RunHandle, global_params: np.ndarray,
                  batch_size: int) -> tuple[float, float, np.ndarray, np.ndarray]:
         """The global model's test loss, accuracy and per-class counts (training.local.evaluate_by_class), on
         this runner's device: the server hands evaluation to a runner, so that it runs on the GPU where
         the runners have one (a GPU runner holds the test set there once, beside the training set)."""
-        context, model = self._run(run_key, context_box)
+        context, model = self._run(run)
         x, y = self._test_set(context)
         param_vector.load(model, global_params)
         with _model_guard(context, "evaluation"):
             return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
                                      context.precision)
 
-    def evaluate_backdoor(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+    def evaluate_backdoor(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
                           attack: Attack) -> float:
         """A backdoor's success: the share of test samples not of its target class that the global model
         classifies as the target once they carry the trigger."""
-        context, model = self._run(run_key, context_box)
+        context, model = self._run(run)
         x, y = self._test_set(context)
         keep = y != attack.config.target
         if not bool(keep.any()):
@@ -176,11 +185,11 @@ class DeviceRunner:
             _, correct = evaluate_per_sample(model, triggered, target, batch_size, context.precision)
         return float(correct.mean())
 
-    def evaluate_devices(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+    def evaluate_devices(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
                          devices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """The global model on the local test splits (data.local_test) of `devices` (None: every device), in
         one pass over them all: each sample's loss and correctness, device after device."""
-        context, model = self._run(run_key, context_box)
+        context, model = self._run(run)
         x, y = self._local_split(context)
         if devices is not None:
             offsets = context.federation.local_offsets
@@ -191,12 +200,12 @@ class DeviceRunner:
         with _model_guard(context, "evaluation"):
             return evaluate_per_sample(model, x, y, batch_size, context.precision)
 
-    def evaluate_personal(self, run_key: str, context_box: list, global_params: np.ndarray, batch_size: int,
+    def evaluate_personal(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
                           devices: np.ndarray, owns: list[np.ndarray], mask: np.ndarray
                           ) -> tuple[np.ndarray, np.ndarray]:
         """Each device's own model (the global vector with its own entries in place) on its local test split:
         each sample's loss and correctness, device after device, as evaluate_devices gives them."""
-        context, model = self._run(run_key, context_box)
+        context, model = self._run(run)
         x, y = self._local_split(context)
         offsets = context.federation.local_offsets
         losses, corrects = [np.zeros(0, np.float64)], [np.zeros(0, bool)]
@@ -212,14 +221,14 @@ class DeviceRunner:
                 corrects.append(correct)
         return np.concatenate(losses), np.concatenate(corrects)
 
-    def finetune_evaluate(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
+    def finetune_evaluate(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                           batch_size: int) -> list[tuple[int, int, float]]:
         """Fine-tune, then evaluate: for each job's device, the global model trained on the device's own data
         as the job says (its seed fixes batches and dropout), then scored on its own test split. Per device:
         (local test samples, correct, loss sum)."""
         if not jobs:
             return []
-        context, model = self._run(jobs[0].run_key, context_box)
+        context, model = self._run(run)
         x_all, y_all = self._local_split(context)
         offsets = context.federation.local_offsets
         scores = []
@@ -277,9 +286,9 @@ class DeviceRunner:
         """The runs whose data and model this runner holds now (what `release` forgets)."""
         return sorted(set(self._runs) | set(self._on_device) | set(self._test) | set(self._local_test))
 
-    def train(self, context_box: list, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
+    def train(self, run: RunContext | RunHandle, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
         """One device's local training from the global vector; its update."""
-        context, model = self._run(job.run_key, context_box)
+        context, model = self._run(run)
         x, y = self._samples(context, job)
         if job.attack is not None:  # its own generator: the training's batches are those of an honest device
             x, y = job.attack.poison(x, y, seeded_generator(job.seed ^ ATTACK_SALT))
@@ -302,7 +311,7 @@ class DeviceRunner:
         """What the device sends: its update, or the one its attack makes of it."""
         return delta if job.attack is None else job.attack.craft(delta, job.seed, job.attack_seed)
 
-    def train_group(self, context_box: list, global_params: np.ndarray, jobs: list[DeviceJob],
+    def train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                     vectorise: bool = False) -> list[ClientUpdate]:
         """A group of devices' updates, in job order, from one call (one Ray task per group, not per device).
 
@@ -310,10 +319,10 @@ class DeviceRunner:
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
         if not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs):
-            return [self.train(context_box, global_params, job) for job in jobs]
-        context, model = self._run(jobs[0].run_key, context_box)
+            return [self.train(run, global_params, job) for job in jobs]
+        context, model = self._run(run)
         if cohort.supports(model) is not None:
-            return [self.train(context_box, global_params, job) for job in jobs]
+            return [self.train(run, global_params, job) for job in jobs]
         _keep_freed_memory_once()
         updates: list[ClientUpdate | None] = [None] * len(jobs)
         for kind in dict.fromkeys(job.spec.optimizer for job in jobs):  # one optimizer kind per cohort

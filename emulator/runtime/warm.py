@@ -88,12 +88,16 @@ def _warden():
 class Warden:
     """Owns the warm runners and the spare server (actors live as long as their owner), hands them out."""
 
-    def __init__(self, shape: tuple, runners: int):
+    def __init__(self, shape: tuple, runners: int, server: str):
+        """`server`: the server actor class as "module:name" (the server package is above this layer: the
+        entry point that starts the instance names it)."""
         # imported here, for start-up speed: `emulator up` and `down` need no torch (the warden's process does)
-        from emulator.runtime.runner import RunnerActor
-        from emulator.runtime.server import ServerActor
+        import importlib
 
-        self.runner_actor, self.server_actor = RunnerActor, ServerActor
+        from emulator.runtime.runner import RunnerActor
+
+        module, _, name = server.partition(":")
+        self.runner_actor, self.server_actor = RunnerActor, getattr(importlib.import_module(module), name)
         self.shape = shape
         self.pool = [self._runner() for _ in range(runners)]
         self.spare = None
@@ -132,15 +136,16 @@ class Warden:
 
 
 # ------------------------------------------------------------------------------------- up / down
-def up(num_cpus: int | None = None, runners: int | None = None) -> WarmInstance:
-    """Start the warm instance (or return the one running) and wait until its actors are ready."""
+def up(server: str, num_cpus: int | None = None, runners: int | None = None) -> WarmInstance:
+    """Start the warm instance (or return the one running) and wait until its actors are ready. `server`:
+    the server actor class its spare is made of, as "module:name"."""
     found = find()
     if found is not None:
         return found
     path = state_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     log = path.with_suffix(".log")
-    command = [sys.executable, "-m", "emulator.runtime.warm", "hold", "--state", str(path)]
+    command = [sys.executable, "-m", "emulator.runtime.warm", "hold", "--state", str(path), "--server", server]
     if num_cpus:
         command += ["--num-cpus", str(num_cpus)]
     if runners:
@@ -175,7 +180,7 @@ def down() -> WarmInstance | None:
     return found
 
 
-def _hold(state: Path, num_cpus: int | None, runners: int | None) -> None:
+def _hold(state: Path, server: str, num_cpus: int | None, runners: int | None) -> None:
     """The holder process: a local Ray instance with the warden in it, until SIGTERM or SIGINT."""
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -187,7 +192,7 @@ def _hold(state: Path, num_cpus: int | None, runners: int | None) -> None:
     try:
         shape = (1.0, 0.0, None)  # the default runtime: one CPU per runner, one torch thread
         count = runners or runner_count(None, 1.0, 0.0)
-        warden = ray.remote(Warden).options(name=WARDEN, num_cpus=0, max_concurrency=8).remote(shape, count)
+        warden = ray.remote(Warden).options(name=WARDEN, num_cpus=0, max_concurrency=8).remote(shape, count, server)
         ray.get(warden.ready.remote())
         record = {"address": ray.get_runtime_context().gcs_address, "pid": os.getpid(), "code": code_fingerprint(),
                   "runners": count, "shape": list(shape), "started": time.time()}
@@ -210,10 +215,11 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(prog="python -m emulator.runtime.warm")
     parser.add_argument("command", choices=["hold"])
     parser.add_argument("--state", required=True)
+    parser.add_argument("--server", required=True, help="the server actor class, module:name")
     parser.add_argument("--num-cpus", type=int)
     parser.add_argument("--runners", type=int)
     args = parser.parse_args(argv)
-    _hold(Path(args.state), args.num_cpus, args.runners)
+    _hold(Path(args.state), args.server, args.num_cpus, args.runners)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,13 @@ class EvaluationConfig(Strict):
     devices: Optional[DeviceEvaluationConfig] = None  # on the devices' own data; needs data.local_test
 
 
+class ObserverSettings(Strict):
+    """A scenario's own observer (registered by a plugin with register_observer): `kind` names it, its
+    config class adds its options. It fills the metrics columns it declares, every round."""
+
+    kind: str
+
+
 class StopConfig(Strict):
     """When a run ends before its last round because going on would only waste time; it then ends with its
     own status and exit code (docs/scenarios.md, "How a run ends")."""

@@ -196,7 +196,7 @@ def _check_tie_value(behaviour: str, value, where: str) -> None:
 class AttackSettings(Strict):
     """The base of every attack's config (population.types[].attack); `kind` names it. The attacks are in
     emulator/training/attacks.py. `collude`: the type's attackers in one round (or FedBuff buffer) agree
-    on one update, the mean of those they crafted, and all send it (emulator/runtime/adversaries.py)."""
+    on one update, the mean of those they crafted, and all send it (emulator/server/adversaries.py)."""
 
     kind: str
     collude: bool = False

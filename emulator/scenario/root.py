@@ -7,10 +7,10 @@ from typing import Any, Optional
 
 from pydantic import Field, model_validator
 
-from emulator.registry import ALGORITHMS, DATASETS, MODELS, Plugged
+from emulator.registry import ALGORITHMS, DATASETS, MODELS, OBSERVERS, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 from emulator.scenario.data import DataConfig, ModelConfig
-from emulator.scenario.execution import EvaluationConfig, OutputConfig, RuntimeConfig, StopConfig
+from emulator.scenario.execution import EvaluationConfig, ObserverSettings, OutputConfig, RuntimeConfig, StopConfig
 from emulator.scenario.population import TYPE_BEHAVIOURS, PopulationConfig, SystemConfig
 from emulator.scenario.training import AlgorithmConfig, AsynchronousTraining
 from emulator.scenario.uplink import Compression, NoCompression, PrivacyConfig, SecureAggregationConfig
@@ -33,6 +33,7 @@ class Scenario(Strict):
     privacy: Optional[PrivacyConfig] = None  # client-level DP (None: off)
     compression: Compression = NoCompression()  # what a device's upload is encoded as
     secure_aggregation: Optional[SecureAggregationConfig] = None  # SecAgg's cost (None: plain uploads)
+    observers: list[Plugged(OBSERVERS, ObserverSettings)] = Field(default_factory=list)  # a plugin's own columns
 
     @model_validator(mode="before")
     @classmethod

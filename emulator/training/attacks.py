@@ -18,7 +18,7 @@ a runner applies it around the device's real local training, seeded by the job, 
 
 Any attack may `collude`: the type's attackers that report in one round (or one FedBuff buffer) send one
 update, the mean of those they crafted: one direction, pushed by all of them (the server-side step is in
-emulator/runtime/adversaries.py, since no device sees another's update).
+emulator/server/adversaries.py, since no device sees another's update).
 """
 from __future__ import annotations
 

@@ -1,0 +1,87 @@
+"""The synchronous round: plan, ask the world who reports, train them for real, aggregate.
+
+A client (or snapshot) round asks the system model for an outcome, trains the devices that reported on
+the runner pool (groups cut in draw order, results in job order), streams their updates through the
+uplink into the algorithm's aggregation, and charges the server's own work to the clock. A server round
+trains on the server's data alone.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.algorithms import ClientUpdate
+from emulator.algorithms.base import RoundKind, RoundPlan
+from emulator.algorithms.selection import distinct_in_draw_order
+from emulator.runtime.grouping import group_jobs
+from emulator.runtime.runner import DeviceJob
+from emulator.seeding import rng, torch_seed
+from emulator.server.record import PlayedRound
+from emulator.server.world import ServerWorld
+from emulator.system import CohortRequest
+
+
+class SynchronousEngine:
+    """Plays CLIENT, SNAPSHOT and SERVER rounds on a `ServerWorld`."""
+
+    def __init__(self, world: ServerWorld):
+        self.world = world
+
+    def play(self, r: int, plan: RoundPlan) -> PlayedRound:
+        if plan.kind == RoundKind.SERVER:
+            return self._server_round(r, plan)
+        world, algorithm = self.world, self.world.algorithm
+        down, up = algorithm.payload
+        outcome = world.system.client_round(CohortRequest(
+            round_index=r, target=plan.cohort, selection=plan.selection, rng=rng(world.scenario.seed, "selection", r),
+            bytes_down=down * world.transfer_bytes, bytes_up=world.upload_bytes(up),
+            samples_processed=world.samples_processed, snapshot=plan.kind == RoundKind.SNAPSHOT,
+            wait_for_all=plan.wait_for_all, secure=world.secure(r)))
+        devices, counts = distinct_in_draw_order(outcome.reported)
+        jobs = self._jobs(r, devices, counts)  # before aggregation starts: the hooks see the round's start
+        updates: list[ClientUpdate] = []
+
+        def streamed():  # colluders agree on one update: the round's updates are all in before they send it
+            hostile = world.adversaries
+            trained = self._trained(jobs)
+            for update in trained if hostile is None else hostile.colluded(trained):
+                update = world.upload.encode(update, r, (r, update.device))
+                updates.append(update)
+                yield update
+
+        world.params = algorithm.aggregate(world.params, streamed(), r)
+        operations = algorithm.server_operations()
+        if world.server_samples_this_round or operations:  # server learning (FSL), a robust rule: time too
+            outcome.server_compute_s = world.system.charge_server(world.server_samples_this_round, operations)
+            outcome.end_s = world.system.now_s
+        return PlayedRound(plan, outcome, devices, counts, [u.stats for u in updates], aggregated=devices,
+                           events=[(r, t, d, e) for t, d, e in outcome.events])
+
+    def _jobs(self, r: int, devices: np.ndarray, counts: np.ndarray) -> list[DeviceJob]:
+        """What each reporting device trains: its spec, seed, inputs, own state and attack."""
+        world, algorithm, seed = self.world, self.world.algorithm, self.world.scenario.seed
+        how, hostile = algorithm.personal, world.adversaries  # own state (FedPer, Ditto), attackers' attacks
+        return [DeviceJob(int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)), int(c),
+                          algorithm.job_payload(int(d)), how, None if how is None else algorithm.own_state(int(d)),
+                          None if hostile is None else hostile.attack_of(int(d)), torch_seed(seed, "attack", r))
+                for d, c in zip(devices, counts)]
+
+    def _trained(self, jobs: list[DeviceJob]):
+        """The jobs' updates, trained on the runners, in draw order."""
+        world = self.world
+        runtime, pool = world.scenario.runtime, world.pool
+        groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(pool.runners), world.model_bytes,
+                            world.device_cost.seconds)
+        if not groups:
+            return
+        params_ref = world.params_ref()
+        with world.device_cost.timing(len(jobs), len(pool.runners)):
+            for group in pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
+                    world.run, params_ref, group, runtime.vectorise)):
+                yield from group
+
+    def _server_round(self, r: int, plan: RoundPlan) -> PlayedRound:
+        world = self.world
+        world.params, stats = world.algorithm.server_round(world.params, r)
+        outcome = world.system.server_round(world.server_samples_this_round)
+        nobody = np.zeros(0, np.int64)
+        return PlayedRound(plan, outcome, nobody, nobody, [stats], aggregated=nobody)
