@@ -5,6 +5,9 @@
     m.plot(x="sim_time_s", y="test_acc")
     write_report(["runs/"], "report/", target=0.8)
 
+Every file of a run directory is checked as it is read (files.py): a damaged one raises DamagedRunError (a
+ScenarioError naming the file, the line and what is wrong); a report of several runs leaves it out and lists it.
+
 The library is `emulator.analysis`; the top-level `analysis/` folder of the repository holds scripts that
 use it.
 """
@@ -23,6 +26,7 @@ from emulator.analysis.metrics import (
 )
 from emulator.analysis.report import comparison_table, write_report
 from emulator.analysis.runs import (
+                                       DamagedRunError,
                                        NotARunError,
                                        Run,
                                        Selection,
@@ -32,10 +36,11 @@ from emulator.analysis.runs import (
                                        load_metrics,
                                        load_run,
                                        load_runs,
+                                       read_runs,
                                        select_runs,
 )
 
-__all__ = ["Run", "Selection", "NotARunError", "load_run", "load_runs", "load_metrics", "find_runs", "group_runs",
+__all__ = ["Run", "Selection", "NotARunError", "DamagedRunError", "load_run", "load_runs", "read_runs", "load_metrics", "find_runs", "group_runs",
            "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",
            "lorenz_curve", "participation_stats", "round_time_stats", "snapshot_share", "seed_statistics",
            "summarize", "bias_stats", "comparison_table", "write_report"]

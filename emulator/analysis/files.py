@@ -14,10 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import json
-import math
-import re
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import yaml
 
@@ -74,74 +73,66 @@ def read_metrics_table(path: str | Path, cut_ok: bool = False) -> pd.DataFrame:
     """metrics.csv, checked: every required column, one whole row per round from round 1 on, in order,
     numbers where numbers belong, accuracies and shares in [0, 1], a clock that never runs back."""
     path = Path(path)
-    text, header, rows, lines = _csv(path, cut_ok)
-    _require(path, header, REQUIRED_METRICS)
-    _rounds(path, rows, lines, header.index("round"), consecutive=True)
-    kind = header.index("kind")
-    for row, line in zip(rows, lines):
-        if not row[kind].strip():
-            raise DamagedRunError(path, f"line {line}: kind is empty (a run writes the round's kind: client, "
-                                        "snapshot, async, ...)")
-    for index, column in enumerate(header):
+    text, table, lines = _csv(path, cut_ok)
+    _require(path, table, REQUIRED_METRICS)
+    _rounds(path, table["round"], lines, consecutive=True)
+    _first(path, lines, table["kind"].str.strip() == "", lambda i: "kind is empty (a run writes the round's kind: "
+                                                                     "client, snapshot, async, ...)")
+    for column in table:
         rule = metrics_rule(column)
         if rule is not None:
-            _column(path, rows, lines, index, column, *rule)
+            _column(path, table[column], lines, column, *rule)
         elif column != "kind":
-            _mixed(path, rows, lines, index, column)
-    clock = header.index("sim_time_s")
-    previous = -math.inf
-    for row, line in zip(rows, lines):
-        now = float(row[clock])
-        if now < previous:
-            raise DamagedRunError(path, f"line {line}: sim_time_s {row[clock]} is earlier than the round before's "
-                                        f"{previous!r} (a run's clock never runs back)")
-        previous = now
+            _mixed(path, table[column], lines, column)
+    clock = pd.to_numeric(table["sim_time_s"]).to_numpy()
+    back = np.concatenate([[False], np.diff(clock) < 0])
+    _first(path, lines, back, lambda i: f"sim_time_s {table['sim_time_s'].iloc[i]} is earlier than the round "
+                                        f"before's {table['sim_time_s'].iloc[i - 1]} (a run's clock never runs back)")
     return _frame(text)
 
 
 def read_participation_table(path: str | Path) -> pd.DataFrame:
     """participation.csv, checked: one row per device (0, 1, 2, ... in order), its counters whole numbers."""
     path = Path(path)
-    text, header, rows, lines = _csv(path)
+    text, table, lines = _csv(path)
     counters = ("selected", "reported", "dropped", "straggled")
-    _require(path, header, ("device",) + counters)
-    device = header.index("device")
-    for position, (row, line) in enumerate(zip(rows, lines)):
-        if row[device] != str(position):
-            raise DamagedRunError(path, f"line {line}: device {row[device]!r} where a run writes device {position} "
-                                        "(one row per device, in order)")
-    for column in counters + (("cancelled",) if "cancelled" in header else ()):
-        _column(path, rows, lines, header.index(column), column, WHOLE, True)
+    _require(path, table, ("device",) + counters)
+    devices = table["device"]
+    numbers = pd.to_numeric(devices.where(devices.str.fullmatch(r"\d+"), "-1")).to_numpy()
+    _first(path, lines, numbers != np.arange(len(table)),
+           lambda i: f"device {devices.iloc[i][:40]!r} where a run writes device {i} (one row per device, in order)")
+    for column in counters + (("cancelled",) if "cancelled" in table else ()):
+        _column(path, table[column], lines, column, WHOLE, True)
     return _frame(text)
 
 
 def read_class_accuracy_table(path: str | Path, cut_ok: bool = False) -> pd.DataFrame:
     """class_accuracy.csv, checked: round, sim_time_s, acc_0 ... acc_(C-1); evaluated rounds in order."""
     path = Path(path)
-    text, header, rows, lines = _csv(path, cut_ok)
-    classes = [c for c in header[2:]]
+    text, table, lines = _csv(path, cut_ok)
+    header = list(table)
+    classes = header[2:]
     if header[:2] != ["round", "sim_time_s"] or classes != [f"acc_{c}" for c in range(len(classes))] or not classes:
         raise DamagedRunError(path, f"line 1: the header is {','.join(header)[:80]!r}; a run writes round, "
                                     "sim_time_s, acc_0, acc_1, ... (one per class)")
-    _rounds(path, rows, lines, 0, consecutive=False)
-    _column(path, rows, lines, 1, "sim_time_s", SPAN, True)
-    for index, column in enumerate(classes, start=2):
-        _column(path, rows, lines, index, column, FRACTION, False)
+    _rounds(path, table["round"], lines, consecutive=False)
+    _column(path, table["sim_time_s"], lines, "sim_time_s", SPAN, True)
+    for column in classes:
+        _column(path, table[column], lines, column, FRACTION, False)
     return _frame(text)
 
 
 def read_device_eval_table(path: str | Path, cut_ok: bool = False) -> pd.DataFrame:
     """device_eval.csv, checked: round, sim_time_s, device, ...; rounds in order, accuracies in [0, 1]."""
     path = Path(path)
-    text, header, rows, lines = _csv(path, cut_ok)
-    _require(path, header, ("round", "sim_time_s", "device"))
-    _rounds(path, rows, lines, header.index("round"), consecutive=False, repeats=True)
-    _column(path, rows, lines, header.index("device"), "device", WHOLE, True)
-    _column(path, rows, lines, header.index("sim_time_s"), "sim_time_s", SPAN, True)
+    text, table, lines = _csv(path, cut_ok)
+    _require(path, table, ("round", "sim_time_s", "device"))
+    _rounds(path, table["round"], lines, consecutive=False, repeats=True)
+    _column(path, table["device"], lines, "device", WHOLE, True)
+    _column(path, table["sim_time_s"], lines, "sim_time_s", SPAN, True)
     for column in ("accuracy", "samples", "reported"):
-        if column in header:
-            _column(path, rows, lines, header.index(column), column,
-                    FRACTION if column == "accuracy" else WHOLE, False)
+        if column in table:
+            _column(path, table[column], lines, column, FRACTION if column == "accuracy" else WHOLE, False)
     return _frame(text)
 
 
@@ -151,17 +142,16 @@ EVENT_HEADER = ["round", "time_s", "device", "event"]
 def read_events_table(path: str | Path, cut_ok: bool = False) -> pd.DataFrame:
     """events.csv, checked: round, time_s, device, event; rounds in order, an event a word."""
     path = Path(path)
-    text, header, rows, lines = _csv(path, cut_ok)
-    if header != EVENT_HEADER:
-        raise DamagedRunError(path, f"line 1: the header is {','.join(header)[:80]!r}; a run writes "
+    text, table, lines = _csv(path, cut_ok)
+    if list(table) != EVENT_HEADER:
+        raise DamagedRunError(path, f"line 1: the header is {','.join(table)[:80]!r}; a run writes "
                                     f"{','.join(EVENT_HEADER)}")
-    _rounds(path, rows, lines, 0, consecutive=False, repeats=True)
-    _column(path, rows, lines, 1, "time_s", SPAN, True)
-    _column(path, rows, lines, 2, "device", WHOLE, True)
-    for row, line in zip(rows, lines):
-        if not row[3].isidentifier():
-            raise DamagedRunError(path, f"line {line}: event {row[3][:40]!r} is not an event name (a run writes "
-                                        "words such as report, drop)")
+    _rounds(path, table["round"], lines, consecutive=False, repeats=True)
+    _column(path, table["time_s"], lines, "time_s", SPAN, True)
+    _column(path, table["device"], lines, "device", WHOLE, True)
+    events = table["event"]
+    _first(path, lines, ~events.str.fullmatch(r"[A-Za-z_]\w*").to_numpy(dtype=bool),
+           lambda i: f"event {events.iloc[i][:40]!r} is not an event name (a run writes words such as report, drop)")
     return _frame(text)
 
 
@@ -238,9 +228,9 @@ def _whole(path: Path) -> str:
     return text
 
 
-def _csv(path: Path, cut_ok: bool = False) -> tuple[str, list[str], list[list[str]], list[int]]:
-    """(the text read, header, rows, the line each row starts on): every row whole, with the header's number
-    of fields."""
+def _csv(path: Path, cut_ok: bool = False) -> tuple[str, pd.DataFrame, np.ndarray]:
+    """(the text read, its cells as strings, the line each row is on): every row whole, with the header's
+    number of fields."""
     text = _text(path)
     if not text.endswith("\n"):
         if cut_ok:  # a run still going: the line it is writing now is not read
@@ -248,15 +238,37 @@ def _csv(path: Path, cut_ok: bool = False) -> tuple[str, list[str], list[list[st
         else:
             raise DamagedRunError(path, f"line {text.count(chr(10)) + 1}: cut short (the file ends inside a line: "
                                         "it was truncated, or its writer killed)")
+    if not text.strip():
+        raise DamagedRunError(path, "line 1: no header (a run writes the column names first)")
+    header, rows, lines = _fields(path, text)
+    if any(not name.strip() for name in header) or len(set(header)) != len(header):
+        raise DamagedRunError(path, f"line 1: the header {','.join(header)[:80]!r} has an empty or repeated column "
+                                    "name")
+    if rows is None:  # no quoted field: each line is a row, and pandas reads the cells
+        table = pd.read_csv(io.StringIO(text), dtype=str, keep_default_na=False, index_col=False)
+    else:
+        table = pd.DataFrame(rows, columns=header, dtype=object).astype("str")
+    return text, table, lines
+
+
+def _fields(path: Path, text: str) -> tuple[list[str], list | None, np.ndarray]:
+    """(header, the rows where a field is quoted (else None: pandas reads them), each row's line). A file
+    without quotes is checked a line at a time by counting commas; one with quotes by the csv module."""
+    header = next(csv.reader([text[:text.index("\n")]]), [])
+    if '"' not in text:
+        raw = np.frombuffer(text.encode(), dtype=np.uint8)
+        ends = np.flatnonzero(raw == 10)
+        fields = np.diff(np.concatenate([[0], np.searchsorted(np.flatnonzero(raw == 44), ends)])) + 1
+        wrong = np.flatnonzero(fields[1:] != len(header))
+        if len(wrong):
+            line = int(wrong[0]) + 2
+            raise DamagedRunError(path, f"line {line}: {fields[line - 1]} fields, the header has {len(header)} (a row "
+                                        "cut short, or two run together)")
+        return header, None, np.arange(2, len(ends) + 1)
     reader = csv.reader(io.StringIO(text, newline=""), strict=True)
     rows, lines = [], []
     try:
-        header = next(reader, None)
-        if not header:
-            raise DamagedRunError(path, "line 1: no header (a run writes the column names first)")
-        if any(not name.strip() for name in header) or len(set(header)) != len(header):
-            raise DamagedRunError(path, f"line 1: the header {','.join(header)[:80]!r} has an empty or repeated "
-                                        "column name")
+        next(reader)
         start = reader.line_num + 1
         for values in reader:
             if len(values) != len(header):
@@ -267,79 +279,74 @@ def _csv(path: Path, cut_ok: bool = False) -> tuple[str, list[str], list[list[st
             start = reader.line_num + 1
     except csv.Error as exc:
         raise DamagedRunError(path, f"line {reader.line_num}: not CSV ({exc})") from None
-    return text, header, rows, lines
+    return header, rows, np.asarray(lines, dtype=np.int64)
 
 
-def _require(path: Path, header: list[str], columns) -> None:
-    missing = [c for c in columns if c not in header]
+def _first(path: Path, lines: np.ndarray, bad, problem) -> None:
+    """Raise for the first row where `bad` holds: `problem(its position)`, at its line."""
+    found = np.flatnonzero(np.asarray(bad, dtype=bool))
+    if len(found):
+        raise DamagedRunError(path, f"line {lines[found[0]]}: {problem(int(found[0]))}")
+
+
+def _require(path: Path, table: pd.DataFrame, columns) -> None:
+    missing = [c for c in columns if c not in table]
     if missing:
         raise DamagedRunError(path, f"line 1: no {', '.join(missing)} column{'s' if len(missing) > 1 else ''} (the "
-                                    f"header is {','.join(header)[:80]!r})")
+                                    f"header is {','.join(table)[:80]!r})")
 
 
-def _rounds(path: Path, rows, lines, index: int, consecutive: bool, repeats: bool = False) -> None:
+def _rounds(path: Path, values: pd.Series, lines: np.ndarray, consecutive: bool, repeats: bool = False) -> None:
     """Round numbers as a run writes them: whole numbers from 1; metrics.csv's 1, 2, 3, ... (`consecutive`);
     an evaluation's rounds increasing; a table of devices or events per round never going back (`repeats`)."""
-    for row, line in zip(rows, lines):
-        if not row[index].isdigit() or int(row[index]) < 1:
-            raise DamagedRunError(path, f"line {line}: round {row[index][:40]!r} is not a round number (1, 2, 3, ...)")
-    previous, later = 0, {int(row[index]) for row in rows}
-    for row, line in zip(rows, lines):
-        r = int(row[index])
-        if consecutive and r != previous + 1:
+    _first(path, lines, ~values.str.fullmatch(r"0*[1-9]\d*").to_numpy(dtype=bool),
+           lambda i: f"round {values.iloc[i][:40]!r} is not a round number (1, 2, 3, ...)")
+    rounds = values.astype(np.int64).to_numpy()
+    before = np.concatenate([[0], rounds])[:-1]
+    if consecutive:
+        def problem(i: int) -> str:
+            r, previous = int(rounds[i]), int(before[i])
             gap = f"{previous + 1}{f'..{r - 1}' if r > previous + 2 else ''}"
-            problem = (f"round {r} again" if r == previous else
-                       f"round {r} after round {previous}: out of order" if r < previous or previous + 1 in later
-                       else f"round {r} after round {previous}: round{'s' if r > previous + 2 else ''} {gap} missing")
-            raise DamagedRunError(path, f"line {line}: {problem} (a run writes every round once, 1, 2, 3, ... "
-                                        "in order)")
-        if r < previous or (r == previous and not repeats and not consecutive):
-            raise DamagedRunError(path, f"line {line}: round {r} after round {previous} (a run writes the rounds "
-                                        "in order, each once)")
-        previous = r
+            what = (f"round {r} again" if r == previous else
+                    f"round {r} after round {previous}: out of order" if r < previous or previous + 1 in rounds
+                    else f"round {r} after round {previous}: round{'s' if r > previous + 2 else ''} {gap} missing")
+            return f"{what} (a run writes every round once, 1, 2, 3, ... in order)"
+        _first(path, lines, rounds != np.arange(1, len(rounds) + 1), problem)
+    going_back = rounds < before if repeats else rounds <= before
+    _first(path, lines, going_back, lambda i: f"round {rounds[i]} after round {before[i]} (a run writes the rounds in "
+                                              "order" + ("" if repeats else ", each once") + ")")
 
 
-_WHOLE = re.compile(r"\d+")
+def _column(path: Path, values: pd.Series, lines: np.ndarray, column: str, kind: str, required: bool) -> None:
+    empty = (values == "").to_numpy()
+    if required:
+        _first(path, lines, empty, lambda i: f"{column} is empty (a run writes {kind} on every row)")
+    if kind == WHOLE:
+        ok = values.str.fullmatch(r"\d+").to_numpy(dtype=bool)
+    else:
+        numbers, nan = _numbers(values)
+        ok = np.isfinite(numbers) & (numbers >= 0) & ((numbers <= 1) if kind == FRACTION else True)
+        if kind == NUMBER:
+            ok = ~np.isnan(numbers) | nan
+    _first(path, lines, ~(ok | empty), lambda i: f"{column} is {values.iloc[i][:40]!r}, not {kind}")
 
 
-def _column(path: Path, rows, lines, index: int, column: str, kind: str, required: bool) -> None:
-    for row, line in zip(rows, lines):
-        text = row[index]
-        if text == "":
-            if required:
-                raise DamagedRunError(path, f"line {line}: {column} is empty (a run writes {kind} on every row)")
-            continue
-        if kind == WHOLE:
-            ok = _WHOLE.fullmatch(text) is not None
-        else:
-            value = _float(text)
-            ok = value is not None and (kind == NUMBER or (math.isfinite(value) and value >= 0 and (
-                kind != FRACTION or value <= 1)))
-        if not ok:
-            raise DamagedRunError(path, f"line {line}: {column} is {text[:40]!r}, not {kind}")
-
-
-def _mixed(path: Path, rows, lines, index: int, column: str) -> None:
+def _mixed(path: Path, values: pd.Series, lines: np.ndarray, column: str) -> None:
     """A column the report does not read may hold words (an algorithm's phase) or numbers; not both."""
-    numbers = words = None
-    for row, line in zip(rows, lines):
-        text = row[index]
-        if text == "":
-            continue
-        if _float(text) is not None:
-            numbers = numbers or line
-        else:
-            words = words or (line, text)
-        if numbers and words:
-            raise DamagedRunError(path, f"line {words[0]}: {column} is {words[1][:40]!r}, not a number like the "
-                                        f"rest of the column (line {numbers})")
+    numbers, nan = _numbers(values)
+    number = ~np.isnan(numbers) | nan
+    word = ~number & (values != "").to_numpy()
+    if word.any() and number.any():
+        first = int(np.flatnonzero(number)[0])
+        _first(path, lines, word, lambda i: f"{column} is {values.iloc[i][:40]!r}, not a number like the rest of "
+                                            f"the column (line {lines[first]})")
 
 
-def _float(text: str) -> float | None:
-    try:
-        return float(text)
-    except ValueError:
-        return None
+def _numbers(values: pd.Series) -> tuple[np.ndarray, np.ndarray]:
+    """(each cell as a float, NaN where it is no number; whether the cell says nan)."""
+    numbers = pd.to_numeric(values.where(values != "", "nan"), errors="coerce").to_numpy(dtype=float)
+    nan = values.str.strip().str.lower().isin(("nan", "+nan", "-nan")).to_numpy(dtype=bool)
+    return numbers, nan
 
 
 def _frame(text: str) -> pd.DataFrame:
