@@ -40,7 +40,7 @@ from emulator.analysis.runs import (
                                        select_runs,
 )
 
-__all__ = ["Run", "Selection", "NotARunError", "DamagedRunError", "load_run", "load_runs", "read_runs", "load_metrics", "find_runs", "group_runs",
-           "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",
+__all__ = ["Run", "Selection", "NotARunError", "DamagedRunError", "load_run", "load_runs", "read_runs", "load_metrics",
+           "find_runs", "group_runs", "select_runs", "incomplete_reason", "final_accuracy", "time_to_accuracy", "rise_time", "gini",
            "lorenz_curve", "participation_stats", "round_time_stats", "snapshot_share", "seed_statistics",
            "summarize", "bias_stats", "comparison_table", "write_report"]
