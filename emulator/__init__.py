@@ -1,8 +1,9 @@
 """A cross-device federated learning emulator: real training on Ray, simulated wall-clock time.
 
-The Python API (emulator/api.py, docs/api.md): `emulator.run`, `emulator.load`, `emulator.sweep`,
-`emulator.resume`, `emulator.shutdown`, the results `Run` and `Sweep`, `ScenarioError` for bad input (`PluginError` for a plugin's code
-failing) and `MachineError` for the machine failing under a run.
+The Python API (emulator/api/, docs/api.md): `emulator.run`, `emulator.load`, `emulator.sweep`,
+`emulator.resume`, `emulator.shutdown`, the results `Run` and `Sweep`, `ScenarioError` for bad input
+(`ArgumentError` for an argument of the wrong kind, `PluginError` for a plugin's code failing) and
+`MachineError` for the machine failing under a run.
 They are imported on first use, so `import emulator` (and the command line) stays fast."""
 import warnings
 
@@ -12,7 +13,7 @@ __version__ = "0.1.0"
 warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
 
 _API = ("run", "load", "sweep", "resume", "shutdown", "Run", "Sweep")
-_ERRORS = ("ScenarioError", "PluginError", "MachineError")  # emulator/errors.py: light, no torch or Ray
+_ERRORS = ("ScenarioError", "PluginError", "MachineError", "ArgumentError")  # emulator/errors.py: light
 __all__ = [*_API, *_ERRORS, "RunInterrupted", "__version__"]
 
 

@@ -27,7 +27,7 @@ import time
 
 HEADER = struct.Struct("!I")
 PRE_IMPORTED = ("torch", "numpy", "ray", "yaml", "pydantic", "simpy", "matplotlib.pyplot", "emulator.cli",
-                "emulator.driver", "emulator.analysis", "emulator.sweeps", "emulator.api")
+                "emulator.driver", "emulator.analysis.report", "emulator.sweeps", "emulator.api")
 
 
 def _send_json(conn: socket.socket, payload: dict, fds: list[int] = ()) -> None:

@@ -147,7 +147,7 @@ def test_bad_input_raises_scenario_error_with_the_command_lines_message(tmp_path
     assert capsys.readouterr().err.strip() == f"error: {error.value}"
     with pytest.raises(ScenarioError, match="clientlr"):
         emulator.run(small_scenario(), overrides=["algorithm.clientlr=0.1"], **quiet())
-    with pytest.raises(ScenarioError, match="not a scenario"):
+    with pytest.raises(ScenarioError, match=r"emulator.run\(scenario=42\): scenario takes a YAML file path"):
         emulator.run(42)
     assert not (tmp_path / "r").exists()
 

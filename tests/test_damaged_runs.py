@@ -283,3 +283,24 @@ def test_a_time_to_target_counts_the_seeds_never_evaluated_apart(healthy, tmp_pa
     report = (tmp_path / "report" / "report.md").read_text()
     row = next(line for line in report.splitlines() if line.startswith("| mixed"))
     assert "(2 of 3 seeds; 1 never evaluated)" in row
+
+
+API_PROPERTY = {"metrics.csv": "metrics", "summary.json": "summary", "participation.csv": "participation",
+                "class_accuracy.csv": "class_accuracy", "events.csv": "events", "scenario.yaml": "scenario"}
+
+
+@pytest.mark.parametrize("name, damage, says", [case for case in CASES if case.values[0] in API_PROPERTY
+                                                and "more rounds than the run" not in case.id])
+def test_the_python_api_refuses_a_damaged_file_when_it_is_read(healthy, tmp_path, name, damage, says):
+    """emulator.load(...) of a damaged run: the property reading the damaged file raises a ScenarioError naming
+    it (scenario.yaml: validated as any scenario), never a table of what is left."""
+    import emulator
+
+    run = copy_of(healthy, tmp_path)
+    damage(run / name)
+    loaded = emulator.load(run)
+    with pytest.raises(ScenarioError) as refused:
+        getattr(loaded, API_PROPERTY[name])
+    assert str(run / name) in str(refused.value) or name == "scenario.yaml" and "scenario.yaml" in str(refused.value)
+    if name != "scenario.yaml":
+        assert says is None or says in str(refused.value), str(refused.value)

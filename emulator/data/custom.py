@@ -30,6 +30,7 @@ from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.ragged import RaggedRows
 from emulator.models.zoo import build_model
 from emulator.recording.rundir import atomic_file, write_atomic
+from emulator.errors import ArgumentError
 from emulator.scenario import DatasetOptions, ScenarioError
 
 
@@ -124,7 +125,7 @@ def _train_and_test(data: Any) -> tuple[Any, Any, str]:
         raise ScenarioError("data=: a single dataset; the run needs a test set too: give (train, test), e.g. "
                             "data=(train_dataset, test_dataset), or a Hugging Face DatasetDict with train and test "
                             "splits")
-    raise ScenarioError(f"data=: {type(data).__name__} is not a form of data the emulator reads; give "
+    raise ArgumentError(f"data=: {type(data).__name__} is not a form of data the emulator reads; give "
                         "(x_train, y_train, x_test, y_test) arrays, a dict of them, or (train, test) torch or "
                         "Hugging Face datasets")
 

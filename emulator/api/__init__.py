@@ -11,6 +11,9 @@ starts Ray (or uses the session the caller started), later runs reuse it and its
 the interpreter exits (or at `emulator.shutdown()`). In a notebook the progress is a notebook display, and
 interrupting the kernel stops the run at its next poll, keeping every finished round (the run can be
 continued with `emulator.resume`). Reference: docs/api.md.
+
+Here the entry points and the Ray session; `results.py` holds Run and Sweep (a run directory read back,
+every file checked), `arguments.py` the check of every argument's kind before anything starts.
 """
 from __future__ import annotations
 
@@ -28,6 +31,8 @@ import yaml
 
 # The driver, Ray, the sweeps and the data adapters are imported inside the calls that use them, for
 # start-up speed: `import emulator` and `emulator.load(...)` of a finished run do not pay for them.
+from emulator.api import arguments
+from emulator.api.results import Run, Sweep
 from emulator.parts import scenario_from
 from emulator.scenario import Scenario, ScenarioError, apply_overrides, read_yaml, with_plugins
 from emulator.scenario.yaml_text import load_yaml_text
@@ -35,172 +40,6 @@ from emulator.scenario.yaml_text import load_yaml_text
 __all__ = ["run", "load", "sweep", "resume", "shutdown", "Run", "Sweep", "ScenarioError"]
 
 ScenarioLike = Union[str, os.PathLike, Mapping, Scenario]  # a YAML path, the YAML as a dict, or a Scenario
-
-
-# ------------------------------------------------------------------------------------------ results
-class Run:
-    """A run directory, finished, interrupted or still going: what `run`, `resume` and `load` return.
-
-    Every property reads the directory as it is now (cached while the file is unchanged)."""
-
-    def __init__(self, path: str | os.PathLike, grid: Mapping[str, Any] | None = None):
-        self.path = Path(path)
-        self.grid = dict(grid or {})  # in a sweep: this run's grid values
-        self._cache: dict[str, tuple] = {}
-
-    def __fspath__(self) -> str:
-        return str(self.path)
-
-    def __repr__(self) -> str:
-        summary = self.summary
-        parts = [summary.get("status", "no summary")]
-        if summary.get("rounds_completed") is not None:
-            parts.append(f"{summary['rounds_completed']}/{summary.get('rounds', '?')} rounds")
-        if summary.get("final_test_acc") is not None:
-            parts.append(f"test_acc {summary['final_test_acc']:.4f}")
-        return f"Run({str(self.path)!r}: {', '.join(parts)})"
-
-    @property
-    def name(self) -> str:
-        return self.summary.get("name") or self.path.name
-
-    @property
-    def summary(self) -> dict:
-        """summary.json: status, rounds, final and best test accuracy, simulated time, bytes, ... ({} if none)."""
-        value = self._read("summary.json", lambda p: json.loads(p.read_text()))
-        summary = dict(value) if isinstance(value, dict) else {}
-        if summary.get("status") == "running" and "rounds_completed" not in summary:
-            summary.update(self._figures_so_far())  # a run going (or killed): its rounds are in metrics.csv
-        return summary
-
-    def _figures_so_far(self) -> dict:
-        from emulator.recording.recorder import progress
-        from emulator.recording.rundir import RunDirectory
-
-        try:
-            rows = RunDirectory(self.path).whole_metrics()[1]
-        except (OSError, ValueError):
-            rows = []
-        return progress(rows) if rows else {"rounds_completed": 0}
-
-    @property
-    def status(self) -> str | None:
-        """completed, interrupted, failed or running (None without a summary)."""
-        return self.summary.get("status")
-
-    @property
-    def scenario(self) -> Scenario:
-        """The resolved scenario the run used (scenario.yaml)."""
-        from emulator.parts import load_scenario
-
-        found = self.summary.get("plugin_paths") or []  # where its plugins were found when it ran
-        return load_scenario(self.path / "scenario.yaml", search=[Path(p) for p in found])
-
-    @property
-    def metrics(self):
-        """metrics.csv as a pandas DataFrame: one row per round (test_acc is NaN where not evaluated)."""
-        import pandas as pd
-
-        frame = self._read("metrics.csv", pd.read_csv)
-        return pd.DataFrame() if frame is None else frame.copy()
-
-    def evaluated(self):
-        """The rounds with a test evaluation."""
-        metrics = self.metrics
-        return metrics.dropna(subset=["test_acc"]) if "test_acc" in metrics else metrics
-
-    @property
-    def participation(self):
-        """participation.csv: one row per device (selected, reported, dropped, ... and its profile), or None."""
-        import pandas as pd
-
-        frame = self._read("participation.csv", pd.read_csv)
-        return None if frame is None else frame.copy()
-
-    @property
-    def class_accuracy(self):
-        """class_accuracy.csv: per-class test accuracy at each evaluation, or None."""
-        import pandas as pd
-
-        frame = self._read("class_accuracy.csv", pd.read_csv)
-        return None if frame is None else frame.copy()
-
-    @property
-    def events(self):
-        """events.csv (with system.events: true), or None."""
-        import pandas as pd
-
-        frame = self._read("events.csv", pd.read_csv)
-        return None if frame is None else frame.copy()
-
-    @property
-    def data(self) -> dict | None:
-        """Where an in-memory run's data came from (data.json: form, fingerprint, split), else None."""
-        from emulator.data.custom import memory_record
-
-        return memory_record(self.path)
-
-    def plot(self, x: str = "sim_time_s", y: str = "test_acc", ax=None, **kwargs):
-        """y against x over the evaluated rounds (matplotlib); returns the axes."""
-        return self.evaluated().plot(x=x, y=y, ax=ax, label=kwargs.pop("label", self.name), **kwargs)
-
-    def resume(self, **kwargs) -> "Run":
-        """emulator.resume(self.path, **kwargs)."""
-        return resume(self.path, **kwargs)
-
-    def _read(self, name: str, reader: Callable[[Path], Any]):
-        path = self.path / name
-        try:
-            stat = path.stat()
-        except OSError:
-            return None
-        key = (stat.st_mtime_ns, stat.st_size)
-        cached = self._cache.get(name)
-        if cached is None or cached[0] != key:
-            try:
-                value = reader(path)
-            except (OSError, ValueError):
-                return None
-            cached = self._cache[name] = (key, value)
-        return cached[1]
-
-
-class Sweep:
-    """The runs of `emulator.sweep`, in grid order (seeds innermost), with the sweep's report."""
-
-    def __init__(self, path: Path, runs: list[Run], failed: dict[str, str], report: Path | None):
-        self.path, self.runs, self.failed, self.report = Path(path), runs, failed, report
-
-    def __iter__(self):
-        return iter(self.runs)
-
-    def __len__(self) -> int:
-        return len(self.runs)
-
-    def __getitem__(self, key: int | str) -> Run:
-        if isinstance(key, str):
-            for run_ in self.runs:
-                if run_.path.name == key:
-                    return run_
-            raise KeyError(key)
-        return self.runs[key]
-
-    def __repr__(self) -> str:
-        failed = f", {len(self.failed)} failed" if self.failed else ""
-        return f"Sweep({str(self.path)!r}: {len(self.runs)} runs{failed})"
-
-    def table(self):
-        """One row per run: its name, grid values, seed, status and headline numbers (a DataFrame)."""
-        import pandas as pd
-
-        rows = []
-        for run_ in self.runs:
-            summary = run_.summary
-            rows.append({"name": run_.path.name, **run_.grid, "seed": summary.get("seed"),
-                         "status": summary.get("status"), "rounds_completed": summary.get("rounds_completed"),
-                         "final_test_acc": summary.get("final_test_acc"), "best_test_acc": summary.get("best_test_acc"),
-                         "sim_time_s": summary.get("sim_time_s"), "path": str(run_.path)})
-        return pd.DataFrame(rows)
 
 
 # ------------------------------------------------------------------------------------- entry points
@@ -222,7 +61,10 @@ def run(scenario: ScenarioLike, *, overrides: Mapping[str, Any] | Iterable[str] 
 
     Ctrl-C (or interrupting the notebook kernel) stops the run at its next poll and raises
     KeyboardInterrupt (emulator.RunInterrupted, with `.run` the partial Run); every finished round is kept.
+    An argument of a kind run does not take raises ArgumentError (a ScenarioError and a TypeError).
     """
+    arguments.check_run(scenario, overrides, out, devices, users, features, label, progress, address, plugins,
+                        notify)
     custom = _read_data(data, devices, users, features, label)
     overrides = _override_list(overrides) + ([f"runtime.address={address}"] if address else [])
     scenario = _scenario(scenario, overrides, plugins, custom)
@@ -249,6 +91,7 @@ def resume(run_dir: str | os.PathLike, *, overrides: Mapping[str, Any] | Iterabl
     of an uninterrupted run; overrides={"rounds": N} extends a finished one (only rounds and runtime.* may
     change). A run on in-memory data needs the same data again (data=, with the same devices= or users=):
     its fingerprint is checked before anything is touched. A run with nothing left to do is returned as is."""
+    arguments.check_resume(run_dir, overrides, devices, users, features, label, progress, address, notify)
     from emulator.driver import AlreadyFinished, resumable_scenario, resume_run
 
     run_dir = Path(run_dir)
@@ -273,6 +116,7 @@ def resume(run_dir: str | os.PathLike, *, overrides: Mapping[str, Any] | Iterabl
 
 def load(run_dir: str | os.PathLike) -> Run:
     """A finished, interrupted or running run directory as a `Run` (nothing is started)."""
+    arguments.check_run_dir("emulator.load", run_dir)
     path = Path(run_dir)
     if not path.is_dir():
         raise ScenarioError(f"emulator.load({str(run_dir)!r}): no such directory")
@@ -289,6 +133,7 @@ def sweep(scenario: ScenarioLike, grid: Mapping[str, Any] | Iterable[str] | None
     any runs, run `parallel` at a time on the shared Ray session and runner pool, then compared in a report
     (SWEEP_DIR/report/report.md). grid: {"algorithm.client_lr": [0.01, 0.1], ...} (a product) or
     ["algorithm.client_lr=0.01,0.1"] (as --grid). A run that fails is listed in `.failed`, the others go on."""
+    arguments.check_sweep(scenario, grid, seeds, overrides, out, parallel, target, address, progress, plugins)
     from emulator.sweeps import default_sweep_dir, parse_grid, plan_sweep, run_sweep
 
     overrides = _override_list(overrides) + ([f"runtime.address={address}"] if address else [])
@@ -407,8 +252,6 @@ def _override_list(overrides) -> list[str]:
     """`--set` strings from a dict of field paths to values (or a list of KEY=VALUE strings)."""
     if overrides is None:
         return []
-    if isinstance(overrides, str):
-        return [overrides]
     if isinstance(overrides, Mapping):
         return [f"{key}={_value(value)}" for key, value in overrides.items()]
     return [str(item) for item in overrides]
@@ -426,8 +269,6 @@ def _value(value: Any) -> str:
 def _grid_list(grid) -> list[str]:
     if grid is None:
         return []
-    if isinstance(grid, str):
-        return [grid]
     if isinstance(grid, Mapping):
         items = []
         for key, values in grid.items():
