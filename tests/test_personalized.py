@@ -232,8 +232,9 @@ def test_checkpoints_from_before_the_store_load_their_controls_and_residuals(tmp
     from emulator.algorithms import AlgorithmContext, build_algorithm
     from emulator.uplink.pipeline import UploadPipeline
 
-    scenario = validate_scenario(small_scenario(**{"algorithm": {**small_scenario()["algorithm"], "name": "scaffold"},
-                                                   "compression": {"kind": "top_k", "fraction": 0.5}}))
+    # two scenarios: SCAFFOLD's second vector has no encoder, so a run refuses compression with it
+    scenario = validate_scenario(small_scenario(**{"algorithm": {**small_scenario()["algorithm"], "name": "scaffold"}}))
+    compressed = validate_scenario(small_scenario(compression={"kind": "top_k", "fraction": 0.5}))
     context = AlgorithmContext(num_devices=40, device_sizes=np.full(40, 10), num_params=3, seed=0, total_rounds=4,
                                server_samples=0, server_train=None, model_name="m", state_dir=lambda: str(tmp_path))
     scaffold = build_algorithm(scenario.algorithm, context)
@@ -244,9 +245,9 @@ def test_checkpoints_from_before_the_store_load_their_controls_and_residuals(tmp
     again.load_state(scaffold.state())  # and the new form round-trips
     assert np.array_equal(again.device_controls.get(7), [1, 2, 3])
 
-    pipeline = UploadPipeline(scenario, 3, tmp_path)
+    pipeline = UploadPipeline(compressed, 3, tmp_path)
     pipeline.load_state({"residuals": {5: np.array([0.5, 0, 1], np.float32)}, "residual_round": {5: 2}})
     assert np.array_equal(pipeline.residuals.get(5), [0.5, 0, 1]) and pipeline.residual_round[5] == 2
-    restored = UploadPipeline(scenario, 3, tmp_path)  # a resume: the same run directory
+    restored = UploadPipeline(compressed, 3, tmp_path)  # a resume: the same run directory
     restored.load_state(pipeline.state())
     assert np.array_equal(restored.residuals.get(5), [0.5, 0, 1]) and restored.residual_round[5] == 2

@@ -356,14 +356,14 @@ def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_tri
     from emulator.training.local import TrainStats
 
     extra = {"fast": {"q": 0.5}, "fedasync": {"concurrency": 4},  # settings a name cannot do without
-             "fedbuff": {"concurrency": 4, "buffer": 2}, "fedper": {"personal_layers": ["b"]}}.get(name, {})
+             "fedbuff": {"concurrency": 4, "buffer": 2}, "fedper": {"personal_layers": ["1.bias"]}}.get(name, {})
     scenario = validate_scenario({"name": "x", "rounds": 3, "algorithm": {"name": name, "clients_per_round": 4,
                                                                           **extra},
                                   "data": {"server_set": {"size": 20}}, "population": {"devices": 8}})
     unchanged = lambda params, spec, purpose: (params.copy(), TrainStats(steps=0, loss=0.0, accuracy=0.0))
     context = AlgorithmContext(num_devices=8, device_sizes=np.full(8, 10), num_params=5, seed=0, total_rounds=3,
                                server_samples=20, server_train=unchanged, model_name="m",
-                               parameter_layout=(("w", 0, 3), ("b", 3, 5)))
+                               parameter_layout=(("1.weight", 0, 3), ("1.bias", 3, 5)))  # logreg's names
     algorithm = build_algorithm(scenario.algorithm, context)
     params = np.linspace(-1, 1, 5, dtype=np.float32)
     plan = algorithm.plan_round(1)

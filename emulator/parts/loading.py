@@ -1,6 +1,7 @@
 """Loading a scenario at an entry point (the CLI, the API, a sweep, the driver's resume): the built-in parts
 and the plugins it names are registered first, then the schema validates it, then the system model checks
-what only it can (trace files, behaviour tied to data). The schema itself never loads anything."""
+what only it can (trace files, behaviour tied to data) and what the server would refuse once started
+(system/preflight.py: the model and algorithm built on the CPU). The schema itself never loads anything."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,6 +9,7 @@ from pathlib import Path
 from emulator.parts.plugins import load_builtins, load_entry_points, load_plugins
 from emulator.scenario import Scenario, apply_overrides, parse_scenario, read_yaml, with_plugins
 from emulator.system.checks import check_population, resolve_files
+from emulator.system.preflight import preflight
 
 
 def load_parts(plugins: list[str] | tuple[str, ...] = (), search: list[Path] | tuple[Path, ...] = ()) -> None:
@@ -26,6 +28,7 @@ def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | 
     load_parts(plugins if isinstance(plugins, list) else (), search or [Path.cwd()])
     scenario = parse_scenario(raw, source)
     check_population(scenario, source)
+    preflight(scenario, source)  # what the server would refuse once started: the model and algorithm built here
     return scenario
 
 

@@ -89,12 +89,37 @@ class Scenario(Strict):
                 raise ScenarioFieldError("population.types", f"type(s) {behaving} set behaviour, which only exists "
                                          "with system.model: simulated")
         _check_classes(self)
+        _check_attacks(self)
+        _check_local_test(self.data)
         _check_upload(self)
         if self.evaluation.devices is not None:
             _check_device_evaluation(self)
         if self.runtime.num_gpus > 0 and self.runtime.num_gpus > 1 and self.runtime.num_gpus != int(self.runtime.num_gpus):
             raise ScenarioFieldError("runtime.num_gpus", "a share above 1 GPU must be a whole number")
         return self
+
+
+def _check_attacks(scenario) -> None:
+    """Each attack's parameters against the data they act on (its config's against_data, where it has one)."""
+    shape, classes = None, None
+    for k, user_type in enumerate(scenario.population.types or []):
+        judge = getattr(user_type.attack, "against_data", None)
+        if judge is None:
+            continue
+        if shape is None:
+            shape, classes = dataset_input_shape(scenario.data), dataset_classes(scenario.data)
+        problem = judge(shape, classes)
+        if problem:
+            raise ScenarioFieldError(f"population.types[{k}].attack.{problem[0]}", problem[1])
+
+
+def _check_local_test(data: DataConfig) -> None:
+    """The data's own per-user test split exists only where devices are the data's users."""
+    local = data.local_test
+    if local is not None and local.split == "dataset" and data.partition.scheme != "natural":
+        raise ScenarioFieldError("data.local_test.split", f"dataset, but data.partition.scheme is "
+                                 f"{data.partition.scheme}, so devices are not the data's users; use split: carve "
+                                 "with a fraction")
 
 
 def _check_device_evaluation(scenario) -> None:

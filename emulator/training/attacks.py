@@ -19,6 +19,10 @@ a runner applies it around the device's real local training, seeded by the job, 
 Any attack may `collude`: the type's attackers that report in one round (or one FedBuff buffer) send one
 update, the mean of those they crafted: one direction, pushed by all of them (the server-side step is in
 emulator/server/adversaries.py, since no device sees another's update).
+
+An attack's config may say what its parameters mean against the data (`against_data(input_shape,
+classes)`: the field and the problem, or None); the schema asks it at validation (scenario/root.py), so a
+backdoor's target the dataset lacks, or a trigger as large as the image, never starts a run.
 """
 from __future__ import annotations
 
@@ -74,6 +78,23 @@ class Backdoor(AttackSettings):
     size: int = Field(4, gt=0)  # the trigger's side in pixels (images) or its length in features (vectors)
     value: float = 3.0  # what the trigger's entries are set to (inputs are standardised: 3 is bright)
     boost: float = Field(1.0, gt=0)
+
+    def against_data(self, input_shape: tuple[int, ...], classes: int) -> tuple[str, str] | None:
+        """The parameter the data makes meaningless and why (None: none): a target the dataset lacks, a
+        trigger that covers a whole image (its last two axes) or every feature of a vector."""
+        if self.target >= classes:
+            return "target", f"{self.target}, but the dataset has {classes} classes; give a label in 0..{classes - 1}"
+        if len(input_shape) >= 2:
+            height, width = input_shape[-2:]
+            if self.size >= min(height, width):
+                return "size", (f"{self.size}, but the dataset's images are {height} x {width}: a {self.size} x "
+                                f"{self.size} trigger covers a whole side, so every triggered image looks the same; "
+                                f"give a size below {min(height, width)} (4 is usual)")
+        elif input_shape and self.size >= input_shape[0]:
+            return "size", (f"{self.size}, but the dataset's inputs have {input_shape[0]} features: the trigger "
+                            f"would set every one, so every triggered input is the same; give a size below "
+                            f"{input_shape[0]}")
+        return None
 
 
 @dataclass(frozen=True)
