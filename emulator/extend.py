@@ -24,8 +24,9 @@ from __future__ import annotations
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import ServerOptimizer
 from emulator.aggregation.robust import RobustResult
-from emulator.algorithms.base import Algorithm, AlgorithmContext, ClientUpdate, RoundPlan
+from emulator.algorithms.base import Algorithm, AlgorithmContext, Arrival, ClientUpdate, RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
+from emulator.algorithms.hosted import Hosted
 from emulator.algorithms.personalized import Personalized
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.data.federation import ArrayDataset
@@ -38,6 +39,7 @@ from emulator.registry import (
                                register_availability,
                                register_dataset,
                                register_model,
+                               register_observer,
                                register_partition,
                                register_selection,
                                register_server_optimizer,
@@ -55,6 +57,9 @@ from emulator.scenario import (
                                Strict,
 )
 from emulator.scenario.base import Count, Fraction, PositiveFloat
+from emulator.scenario.execution import ObserverSettings
+from emulator.server.observers.base import Observer
+from emulator.server.record import PlayedRound, RoundRecord
 from emulator.system.availability import AvailabilityModel
 from emulator.scenario.population import AttackSettings
 from emulator.scenario.training import AggregatorSettings
@@ -65,7 +70,8 @@ from emulator.training.personal import Personalization
 __all__ = [
     "register_algorithm", "register_model", "register_dataset", "register_partition", "register_selection",
     "register_availability", "register_server_optimizer", "register_aggregator", "register_attack",
-    "RobustResult", "AggregatorSettings", "Attack", "AttackSettings",
+    "register_observer", "Observer", "ObserverSettings", "RoundRecord", "PlayedRound", "RoundKind", "Arrival",
+    "Hosted", "RobustResult", "AggregatorSettings", "Attack", "AttackSettings",
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "Personalized", "Personalization",
     "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",

@@ -195,15 +195,50 @@ def test_feddyn_follows_the_papers_update_rule():
     np.testing.assert_allclose(algorithm.job_payload(2), -grads[2], rtol=1e-6)  # the linear term's gradient
 
 
+def fairness_is_the_ledgers(run: Path) -> None:
+    """The plugin's observer column (fedlab/fairness.py) after the last round is Jain's index of
+    participation.csv's report counts, recomputed here; it is in every round's row."""
+    import pandas as pd
+
+    metrics, ledger = pd.read_csv(run / "metrics.csv"), pd.read_csv(run / "participation.csv")
+    counts = ledger["reported"].to_numpy(dtype=float)
+    assert metrics["reported_fairness"].notna().all()
+    assert metrics["reported_fairness"].iloc[-1] == pytest.approx(counts.sum() ** 2 / (len(counts) * (counts ** 2).sum()))
+
+
 def test_the_plugin_package_runs_from_the_cli_and_resumes_bit_identically(ray_session, lab, tmp_path):
     whole, half = tmp_path / "whole", tmp_path / "half"
     assert main(["run", str(lab / "feddyn.yaml"), "--out", str(whole), "--quiet"]) == 0
+    fairness_is_the_ledgers(whole)  # a plugin's observer, from the command line, on Ray
     summary = json.loads((whole / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_test_acc"] > 0.3
     assert summary["plugin_paths"] == [str(lab)]
     assert main(["run", str(lab / "feddyn.yaml"), "--out", str(half), "--set", "rounds=2", "--quiet"]) == 0
     assert main(["run", "--resume", str(half), "--set", "rounds=4", "--quiet"]) == 0
     assert comparable(half) == comparable(whole)
+
+
+def test_an_observer_returning_a_column_it_did_not_declare_is_named_and_stops_the_run(lab, tmp_path, capsys):
+    write(lab / "fedlab" / "sloppy.py", """\
+        from typing import Literal
+        from emulator.extend import Observer, ObserverSettings, register_observer
+
+        class SloppyConfig(ObserverSettings):
+            kind: Literal["sloppy"] = "sloppy"
+
+        class Sloppy(Observer):
+            columns = ("declared",)
+
+            def after_round(self, record, played):
+                return {"declared": 1.0, "undeclared": record["participants"]}
+
+        register_observer("sloppy", lambda config, world: Sloppy(world), config=SloppyConfig)
+    """)
+    out = tmp_path / "sloppy"
+    code = main(["run", str(lab / "feddyn.yaml"), "--plugin", "fedlab.sloppy", "--out", str(out), "--quiet",
+                 "--set", "runtime.backend=inline", "--set", "observers=[sloppy]"])
+    err = capsys.readouterr().err
+    assert code == 2 and "plugin fedlab.sloppy: observer 'sloppy''s after_round returned undeclared" in err, err
 
 
 def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds(ray_session, lab, tmp_path,
@@ -333,6 +368,7 @@ def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners
     for out in (plugin_out, spread_out):
         summary = json.loads((out / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
+    fairness_is_the_ledgers(plugin_out)  # the plugin's observer ran in the server actor on the cluster
     # the same scenario in this process (inline gives a Ray run's metrics bit for bit: test_inline.py)
     run_scenario(validate_scenario(small_scenario(**STATEFUL, **{"runtime.backend": "inline"})), tmp_path / "one")
     assert comparable(spread_out) == comparable(tmp_path / "one")
@@ -343,7 +379,8 @@ def test_the_tutorial_shows_the_example_files_as_they_are():
     text = (ROOT / "docs" / "extending.md").read_text()
     blocks = re.findall(r"```python\n# file: (\S+)\n(.*?)```", text, flags=re.S)
     assert {name for name, _ in blocks} == {"examples/fedlab/fedlab/feddyn.py", "examples/fedlab/fedlab/tabular_mlp.py",
-                                            "examples/fedlab/fedlab/user_csv.py", "examples/fedlab/fedlab/nightly.py"}
+                                            "examples/fedlab/fedlab/user_csv.py", "examples/fedlab/fedlab/nightly.py",
+                                            "examples/fedlab/fedlab/fairness.py"}
     for name, body in blocks:
         assert body == (ROOT / name).read_text(), f"docs/extending.md shows an old {name}"
         assert len(body.splitlines()) < 150
@@ -385,6 +422,7 @@ def test_the_plugin_package_runs_through_the_python_api(ray_session, lab, tmp_pa
     by_path = emulator.run(lab / "feddyn.yaml", out=tmp_path / "api", progress=False)
     assert by_path.summary["status"] == "completed" and len(by_path.metrics) == 4
     assert by_path.metrics["test_acc"].dropna().iloc[-1] > 0.3
+    fairness_is_the_ledgers(by_path.path)  # the plugin's observer, through the API
     # a scenario as a dict, the plugin named by the call and found in the working directory
     monkeypatch.chdir(lab)
     raw = yaml.safe_load((lab / "feddyn.yaml").read_text())

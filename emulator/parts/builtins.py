@@ -43,7 +43,7 @@ from emulator.registry import (
     register_server_optimizer,
 )
 from emulator.seeding import rng
-from emulator.system import availability
+from emulator.system import availability, diurnal
 from emulator.training import attacks
 
 # ----------------------------------------------------------------------------------------- algorithms
@@ -171,7 +171,7 @@ register_availability("never", lambda entry, members, stream, key, world: availa
 register_availability("markov", lambda entry, members, stream, key, world: availability.Markov(
     members, entry, stream, None if world is None else world.values("online_share", members)),
     config=availability.MarkovAvailability)
-register_availability("diurnal", lambda entry, members, stream, key, world: availability.Diurnal(
+register_availability("diurnal", lambda entry, members, stream, key, world: diurnal.Diurnal(
     members, entry, stream, key, world), config=availability.DiurnalAvailability)
 register_availability("trace", lambda entry, members, stream, key, world: availability.Trace(
     members, entry, stream, world), config=availability.TraceAvailability)

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Callable, Protocol
 
 from emulator.recording import checkpoint as checkpoints
+from emulator.recording.round_files import drop_aside, keep_aside, put_back
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory
 
 if TYPE_CHECKING:
@@ -100,7 +101,7 @@ class Recorder:
             self.directory.append_events(self.source.events())
         self.rows.append(row)
         if self._dropped_until is not None and r >= self._dropped_until:  # every dropped round is back
-            self.directory.drop_copy()
+            drop_aside(self.path)
             self._dropped_until = None
         every = self.scenario.output.checkpoint_every
         if (every and r % every == 0) or r == self.scenario.rounds:
@@ -121,7 +122,7 @@ class Recorder:
         _, on_disk = self.directory.whole_metrics()
         furthest = max((int(row["round"]) for row in on_disk), default=0)
         if furthest > round_done and self._dropped_until is None:  # put back if the run stops before them
-            self.directory.keep_copy()
+            keep_aside(self.path)
             self._dropped_until = furthest
         self.rows = self.directory.rewind(round_done)
         if opened:
@@ -135,10 +136,10 @@ class Recorder:
         dropped and the run did not get back to are put back as they were."""
         self._close_board()
         if self._dropped_until is not None:
-            self.directory.restore_copy()
+            self.directory.close()
+            put_back(self.path)
             self._dropped_until = None
             _, self.rows = self.directory.whole_metrics()
-            self.directory.close()
         summary = self.summary
         try:
             if self.rows or summary.get("status") == "completed":

@@ -12,11 +12,13 @@ import errno
 import json
 import os
 import time
-from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable
 
 from emulator.errors import MachineError
+from emulator.recording.atomic import atomic_file, write_atomic  # noqa: F401  (atomic_file: re-exported)
+from emulator.recording.round_files import (CLASS_ACCURACY_FILE, DEVICE_EVAL_FILE, EVENT_COLUMNS,  # noqa: F401
+                                            class_accuracy_columns, device_row_ok, metrics_row_ok, read_metrics, rewind_files, rewrite_csv,
+                                            valid_rows)
 from emulator.scenario import Scenario, ScenarioError, dump_scenario
 
 
@@ -37,30 +39,6 @@ PARTICIPATION_CHUNK = 5_000  # participation.csv rows turned into text at once (
 
 class OutputError(MachineError):
     """The run directory cannot be written (disk full, permissions): the run stops cleanly."""
-
-
-@contextmanager
-def atomic_file(path: Path, mode: str = "w", before_replace: Callable[[], None] | None = None):
-    """A handle on `.NAME.tmp` beside `path` that replaces `path` in one step when the block ends (after
-    fsync, and after `before_replace`, e.g. keeping the old file); on any failure the old file stays and
-    no .tmp is left."""
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        with open(tmp, mode, **({} if "b" in mode else {"newline": ""})) as handle:
-            yield handle
-            handle.flush()
-            os.fsync(handle.fileno())
-        if before_replace is not None:
-            before_replace()
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
-def write_atomic(path: Path, text: str) -> None:
-    """Replace `path` with `text` in one step (see atomic_file)."""
-    with atomic_file(path) as handle:
-        handle.write(text)
 
 
 def check_writable(out: str | Path | None, default_parent: str | Path) -> None:
@@ -160,7 +138,7 @@ class RunDirectory:
 
     def whole_metrics(self) -> tuple[list[str], list[dict]]:
         """metrics.csv's header and its rows up to the first damaged one (none if there is no file)."""
-        return valid_rows(self.metrics_path, _metrics_row_ok) if self.metrics_path.exists() else ([], [])
+        return valid_rows(self.metrics_path, metrics_row_ok) if self.metrics_path.exists() else ([], [])
 
     def open_metrics(self, columns: tuple[str, ...]) -> None:
         """Open metrics.csv for appending rows of `columns` (a file written by an older version with
@@ -168,7 +146,7 @@ class RunDirectory:
         header, rows = self.whole_metrics()
         columns = list(columns) + [c for c in header if c not in columns]  # a recorded column is never dropped
         if header and header != columns:
-            self._rewrite(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], columns)
+            rewrite_csv(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], columns)
         self.keep_room_for_the_summary()
         self._metrics = open(self.metrics_path, "a", newline="")
         self._writer = csv.DictWriter(self._metrics, fieldnames=list(columns), extrasaction="raise")
@@ -218,8 +196,8 @@ class RunDirectory:
             with open(path, newline="") as handle:
                 found = next(csv.reader([handle.readline()]), [])
             if found != header:
-                _, rows = valid_rows(path, _device_row_ok)
-                self._rewrite(path, [{c: r.get(c, "") for c in header} for r in rows], header)
+                _, rows = valid_rows(path, device_row_ok)
+                rewrite_csv(path, [{c: r.get(c, "") for c in header} for r in rows], header)
         new = not path.exists()
         columns = [table[name].tolist() for name in names]
         stamp = _cell(float(sim_time_s))
@@ -252,66 +230,9 @@ class RunDirectory:
 
     # ------------------------------------------------------------------------------------- rewinding
     def rewind(self, round_done: int) -> list[dict]:
-        """Keep the metrics (and events, class accuracies) of rounds up to `round_done`, the checkpoint's:
-        later rounds are run again, with the same results. Rows are kept only up to the first damaged one (a
-        line cut short by a full disk or a kill, whatever the fragment). Returns the kept metrics rows."""
-        self.close()  # the metrics file is replaced below: reopen it afterwards
-        kept: list[dict] = []
-        if self.metrics_path.exists():
-            columns, rows = self.whole_metrics()
-            kept = [r for r in rows if int(r["round"]) <= round_done]
-            self._rewrite(self.metrics_path, kept, columns)
-        events = self.path / "events.csv"
-        if events.exists():
-            event_columns, event_rows = valid_rows(events, _event_row_ok)
-            self._rewrite(events, [r for r in event_rows if int(r["round"]) <= round_done],
-                          event_columns or list(EVENT_COLUMNS))
-        classes = self.path / CLASS_ACCURACY_FILE
-        if classes.exists():
-            class_columns, class_rows = valid_rows(classes, _class_row_ok)
-            self._rewrite(classes, [r for r in class_rows if int(r["round"]) <= round_done], class_columns)
-        devices = self.path / DEVICE_EVAL_FILE
-        if devices.exists():
-            device_columns, device_rows = valid_rows(devices, _device_row_ok)
-            self._rewrite(devices, [r for r in device_rows if int(r["round"]) <= round_done], device_columns)
-        return kept
-
-    # A rewind drops rounds that are run again. Until they are on record again, the files as they were
-    # are kept aside, so that a run stopping first (a failed resume, a server that dies again) puts them back.
-    def keep_copy(self) -> None:
-        aside = self.path / ASIDE
-        aside.mkdir(exist_ok=True)
-        for name in ROUND_FILES:
-            if (self.path / name).exists() and not (aside / name).exists():
-                with atomic_file(aside / name) as handle:
-                    handle.write((self.path / name).read_text())
-
-    def restore_copy(self) -> None:
-        aside = self.path / ASIDE
-        if not aside.is_dir():
-            return
-        self.close()
-        for name in ROUND_FILES:
-            if (aside / name).exists():
-                os.replace(aside / name, self.path / name)
-        self.drop_copy()
-
-    def drop_copy(self) -> None:
-        aside = self.path / ASIDE
-        if aside.is_dir():
-            for name in ROUND_FILES:
-                (aside / name).unlink(missing_ok=True)
-            aside.rmdir()
-
-    @staticmethod
-    def _rewrite(path: Path, rows: list[dict], columns: list[str]) -> None:
-        if not columns:  # nothing valid was ever written: start the file afresh
-            path.unlink()
-            return
-        with atomic_file(path) as handle:
-            writer = csv.DictWriter(handle, fieldnames=columns)
-            writer.writeheader()
-            writer.writerows(rows)
+        """Every round file taken back to round `round_done` (round_files.py); the kept metrics rows."""
+        self.close()  # the metrics file is replaced: reopen it afterwards
+        return rewind_files(self.path, round_done)
 
     def read_summary(self) -> dict:
         try:
@@ -370,77 +291,3 @@ def _cell(value):
     return value
 
 
-EVENT_COLUMNS = ("round", "time_s", "device", "event")
-CLASS_ACCURACY_FILE = "class_accuracy.csv"
-DEVICE_EVAL_FILE = "device_eval.csv"
-ROUND_FILES = ("metrics.csv", "events.csv", CLASS_ACCURACY_FILE, DEVICE_EVAL_FILE)  # one row set per round
-ASIDE = ".before-rewind"  # where a rewind keeps them until the rounds it dropped are on record again
-
-
-def class_accuracy_columns(classes: int) -> list[str]:
-    return ["round", "sim_time_s"] + [f"acc_{c}" for c in range(classes)]
-
-
-def _number(text) -> bool:
-    if text is None:
-        return False
-    if text == "":
-        return True
-    try:
-        float(text)
-    except ValueError:
-        return False
-    return True
-
-
-def _metrics_row_ok(row: dict, expected_round: int) -> bool:
-    """A whole metrics row: every column present, the next round, numbers where numbers belong."""
-    if row.get("round") != str(expected_round) or row.get("kind", "x") == "":
-        return False
-    return all(_number(value) for key, value in row.items() if key not in ("kind",) and not _is_text(value))
-
-
-def _is_text(value: str) -> bool:
-    """Algorithm columns may hold words (e.g. a phase name); only a bare fragment is damage."""
-    return value[:1].isalpha() and value not in ("nan", "inf", "-inf")
-
-
-def _event_row_ok(row: dict, _position: int) -> bool:
-    return (row["round"].isdigit() and _number(row["time_s"]) and row["device"].isdigit()
-            and row["event"].isidentifier())
-
-
-def _class_row_ok(row: dict, _position: int) -> bool:
-    return row["round"].isdigit() and row["sim_time_s"] != "" and all(_number(v) for v in row.values())
-
-
-def _device_row_ok(row: dict, _position: int) -> bool:
-    return row["round"].isdigit() and row["device"].isdigit() and all(
-        _number(v) or _is_text(v) for v in row.values())
-
-
-def valid_rows(path: Path, row_ok) -> tuple[list[str], list[dict]]:
-    """The header and the rows of a CSV file up to the first damaged one (and a line without its
-    newline is damaged: the process stopped before finishing it)."""
-    with open(path, newline="") as handle:
-        text = handle.read()
-    lines = text.splitlines(keepends=True)
-    if not lines or not lines[0].endswith("\n"):
-        return [], []
-    columns = next(csv.reader([lines[0]]))
-    rows: list[dict] = []
-    for line in lines[1:]:
-        values = next(csv.reader([line]), []) if line.endswith("\n") else []
-        if len(values) != len(columns) or not row_ok(dict(zip(columns, values)), len(rows) + 1):
-            break
-        rows.append(dict(zip(columns, values)))
-    return columns, rows
-
-
-def read_metrics(path: str | Path) -> list[dict]:
-    """The rows of a run's metrics.csv as dicts of strings (empty string where not evaluated)."""
-    path = Path(path)
-    if path.is_dir():
-        path = path / "metrics.csv"
-    with open(path, newline="") as handle:
-        return list(csv.DictReader(handle))

@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import functools
 from collections import OrderedDict
-from dataclasses import dataclass, field
-from typing import Any
 
 import numpy as np
 import ray
@@ -17,71 +15,23 @@ import torch
 
 from emulator import params as param_vector
 from emulator.algorithms.base import ClientUpdate
-from emulator.data.federation import Federation
 from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
-from emulator.parts.plugins import guard
-from emulator.registry import MODELS
 from emulator.runtime import gpu_share
 from emulator.runtime.gpu_share import GpuNeed, GpuTrial
 from emulator.runtime.grouping import largest_group
+from emulator.runtime.run_context import DeviceJob, RunContext, RunHandle, model_guard, unbox  # noqa: F401
+from emulator.runtime.runner_evaluation import RunnerEvaluation
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, evaluate_per_sample,
-                                     seed_dropout, seeded_generator, set_torch_threads, train_locally)
-from emulator.training.attacks import Attack, add_trigger
-from emulator.training.personal import Personalization, personal_params, train_personal_round
+from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seed_dropout,
+                                     seeded_generator, set_torch_threads, train_locally)
+from emulator.training.personal import train_personal_round
 
 ATTACK_SALT = 0x0A77AC4  # an attacker's poisoning draws, apart from its training's
 
 
-@dataclass(frozen=True)
-class RunContext:
-    """Everything a runner needs to train a run's devices; put into the object store once per run."""
-
-    key: str
-    federation: Federation
-    model_name: str
-    model_seed: int
-    model_options: dict = field(default_factory=dict)  # the model's own options (scenario `model:` fields)
-    plugins: tuple[str, ...] = ()  # modules to import before building anything (they register parts)
-    precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/training/precision.py)
-
-
-def _model_guard(context: RunContext, stage: str):
-    """A failure in the run's model (a plugin's, say) named at the model's origin, in the stage it hit."""
-    return guard(MODELS.get(context.model_name).origin, f"model {context.model_name!r}", stage)
-
-
-@dataclass(frozen=True)
-class RunHandle:
-    """A run as the runners are handed it on Ray: its key, and the object reference of its RunContext
-    (inside an object, so Ray does not fetch the context for every call: a runner fetches it once and
-    keeps it by key). In one process the RunContext itself is the handle."""
-
-    key: str
-    ref: Any
-
-
-def unbox(run: RunContext | RunHandle) -> RunContext:
-    """The run's context, from its handle."""
-    return run if isinstance(run, RunContext) else ray.get(run.ref)
-
-
-@dataclass(frozen=True)
-class DeviceJob:
-    device: int
-    spec: LocalTraining
-    seed: int  # derived from (scenario seed, round, device): the same whichever runner trains it
-    multiplicity: int = 1
-    correction: np.ndarray | None = None  # SCAFFOLD: c - c_i, added to every gradient
-    personalization: Personalization | None = None  # FedPer / Ditto: the device keeps state of its own
-    own: np.ndarray | None = None  # that state as it stands (None: the device has none yet)
-    attack: Attack | None = None  # an attacker's device (population.types[].attack): poisoned data or update
-    attack_seed: int = 0  # the round's, for attacks that collude (the same draw from every attacker)
-
-
-class DeviceRunner:
+class DeviceRunner(RunnerEvaluation):
     """Plain class (usable without Ray in tests); `RunnerActor` is its Ray actor form."""
 
     max_cached_runs = 4
@@ -143,7 +93,7 @@ class DeviceRunner:
         xs, ys = x[:count], y[:count]
         saved = param_vector.flatten(model)
         group = largest_group(trial.selected, trial.group_size, trial.vectorise, param_vector.nbytes(model))
-        with _model_guard(context, "local training"):
+        with model_guard(context, "local training"):
             if group > 1 and cohort.supports(model) is None:
                 cohort.train_cohort(model, [xs] * group, [ys] * group, [spec] * group, list(range(group)),
                                     [None] * group, check=False, precision=context.precision)
@@ -156,107 +106,6 @@ class DeviceRunner:
         torch.cuda.synchronize(self.device)
         training = torch.cuda.max_memory_reserved(self.device) - base
         return GpuNeed(data=max(data, base - before), training=training)
-
-    def evaluate(self, run: RunContext | RunHandle, global_params: np.ndarray,
-                 batch_size: int) -> tuple[float, float, np.ndarray, np.ndarray]:
-        """The global model's test loss, accuracy and per-class counts (training.local.evaluate_by_class), on
-        this runner's device: the server hands evaluation to a runner, so that it runs on the GPU where
-        the runners have one (a GPU runner holds the test set there once, beside the training set)."""
-        context, model = self._run(run)
-        x, y = self._test_set(context)
-        param_vector.load(model, global_params)
-        with _model_guard(context, "evaluation"):
-            return evaluate_by_class(model, x, y, batch_size, context.federation.train.num_classes,
-                                     context.precision)
-
-    def evaluate_backdoor(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
-                          attack: Attack) -> float:
-        """A backdoor's success: the share of test samples not of its target class that the global model
-        classifies as the target once they carry the trigger."""
-        context, model = self._run(run)
-        x, y = self._test_set(context)
-        keep = y != attack.config.target
-        if not bool(keep.any()):
-            return float("nan")
-        triggered = add_trigger(x[keep], attack.config.size, attack.config.value)
-        param_vector.load(model, global_params)
-        target = torch.full((int(keep.sum()),), attack.config.target, dtype=y.dtype, device=y.device)
-        with _model_guard(context, "evaluation"):
-            _, correct = evaluate_per_sample(model, triggered, target, batch_size, context.precision)
-        return float(correct.mean())
-
-    def evaluate_devices(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
-                         devices: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """The global model on the local test splits (data.local_test) of `devices` (None: every device), in
-        one pass over them all: each sample's loss and correctness, device after device."""
-        context, model = self._run(run)
-        x, y = self._local_split(context)
-        if devices is not None:
-            offsets = context.federation.local_offsets
-            rows = np.concatenate([np.arange(offsets[d], offsets[d + 1]) for d in devices] or [np.zeros(0, np.int64)])
-            index = torch.from_numpy(rows).to(x.device)
-            x, y = x[index], y[index]
-        param_vector.load(model, global_params)
-        with _model_guard(context, "evaluation"):
-            return evaluate_per_sample(model, x, y, batch_size, context.precision)
-
-    def evaluate_personal(self, run: RunContext | RunHandle, global_params: np.ndarray, batch_size: int,
-                          devices: np.ndarray, owns: list[np.ndarray], mask: np.ndarray
-                          ) -> tuple[np.ndarray, np.ndarray]:
-        """Each device's own model (the global vector with its own entries in place) on its local test split:
-        each sample's loss and correctness, device after device, as evaluate_devices gives them."""
-        context, model = self._run(run)
-        x, y = self._local_split(context)
-        offsets = context.federation.local_offsets
-        losses, corrects = [np.zeros(0, np.float64)], [np.zeros(0, bool)]
-        with _model_guard(context, "evaluation"):
-            for device, own in zip(devices, owns):
-                start, stop = int(offsets[device]), int(offsets[device + 1])
-                if stop == start:
-                    continue
-                param_vector.load(model, personal_params(global_params, own, mask))
-                loss, correct = evaluate_per_sample(model, x[start:stop], y[start:stop], batch_size,
-                                                    context.precision)
-                losses.append(loss)
-                corrects.append(correct)
-        return np.concatenate(losses), np.concatenate(corrects)
-
-    def finetune_evaluate(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
-                          batch_size: int) -> list[tuple[int, int, float]]:
-        """Fine-tune, then evaluate: for each job's device, the global model trained on the device's own data
-        as the job says (its seed fixes batches and dropout), then scored on its own test split. Per device:
-        (local test samples, correct, loss sum)."""
-        if not jobs:
-            return []
-        context, model = self._run(run)
-        x_all, y_all = self._local_split(context)
-        offsets = context.federation.local_offsets
-        scores = []
-        for job in jobs:
-            x, y = self._samples(context, job)
-            param_vector.load(model, global_params)
-            seed_dropout(job.seed, self.device)
-            with _model_guard(context, "fine-tuning"):
-                train_locally(model, x, y, job.spec, seeded_generator(job.seed), None, context.precision)
-                start, stop = int(offsets[job.device]), int(offsets[job.device + 1])
-                loss, correct = evaluate_per_sample(model, x_all[start:stop], y_all[start:stop], batch_size,
-                                                    context.precision)
-            scores.append((stop - start, int(correct.sum()), float(loss.sum())))
-        return scores
-
-    def _local_split(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """The devices' local test splits as tensors on this runner's device, made once (one run's at a time)."""
-        if context.key not in self._local_test:
-            self._local_test.clear()
-            self._local_test[context.key] = as_device_tensors(*context.federation.local_test.tensors(), self.device)
-        return self._local_test[context.key]
-
-    def _test_set(self, context: RunContext) -> tuple[torch.Tensor, torch.Tensor]:
-        """The run's test set as tensors on this runner's device, made once (one run's at a time)."""
-        if context.key not in self._test:
-            self._test.clear()
-            self._test[context.key] = as_device_tensors(*context.federation.test.tensors(), self.device)
-        return self._test[context.key]
 
     def memory(self) -> dict:
         """This runner's GPU memory now (bytes): allocated, reserved and their peaks since it started; {} on CPU."""
@@ -293,14 +142,14 @@ class DeviceRunner:
         if job.attack is not None:  # its own generator: the training's batches are those of an honest device
             x, y = job.attack.poison(x, y, seeded_generator(job.seed ^ ATTACK_SALT))
         if job.personalization is not None:
-            with _model_guard(context, "local training"):
+            with model_guard(context, "local training"):
                 delta, stats, own = train_personal_round(model, x, y, job.spec, job.seed, global_params, job.own,
                                                          job.personalization, context.precision, self.device)
             return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity, own)
         param_vector.load(model, global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         seed_dropout(job.seed, self.device)  # dropout masks
-        with _model_guard(context, "local training"):
+        with model_guard(context, "local training"):
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
         delta = param_vector.flatten(model)
         delta -= global_params
@@ -335,7 +184,7 @@ class DeviceRunner:
                       jobs: list[DeviceJob]) -> list[ClientUpdate]:
         samples = [self._samples(context, job) for job in jobs]
         param_vector.load(model, global_params)
-        with _model_guard(context, "local training"):
+        with model_guard(context, "local training"):
             trained = cohort.train_cohort(model, [x for x, _ in samples], [y for _, y in samples],
                                           [job.spec for job in jobs], [job.seed for job in jobs],
                                           [job.correction for job in jobs], check=False, precision=context.precision)

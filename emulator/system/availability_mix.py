@@ -8,7 +8,8 @@ import numpy as np
 from emulator.errors import PluginError, build_part, guard
 from emulator.registry import AVAILABILITY
 from emulator.seeding import assign_by_share, rng
-from emulator.system.availability import AvailabilityModel, Diurnal, Never, Trace
+from emulator.system.availability import AvailabilityModel, Never, Trace
+from emulator.system.diurnal import Diurnal
 from emulator.system.ties import KEEP, entry_index
 
 

@@ -32,6 +32,7 @@ from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.profiles import DeviceProfiles
+from emulator.system.secure_stages import SecureStages
 from emulator.system.ties import World
 
 _EMPTY = np.zeros(0, dtype=np.int64)
@@ -47,6 +48,7 @@ class SimulatedSystem(SystemModel):
         self.config = config
         self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
         self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)
+        self.secure_stages = SecureStages(self.profiles)  # secure aggregation's side of each device
         self.entries = population.availability
         self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed, self.world)
         self.compute_jitter = population.compute_jitter
@@ -146,7 +148,7 @@ class SimulatedSystem(SystemModel):
         up = transfer_seconds(request.bytes_up, profiles.up_mbps[devices], profiles.latency_s[devices])
         setup = None
         if request.secure is not None:  # key exchange first (everyone waits for the slowest), masking with training
-            setup, masking = self._secure_work(devices, request)
+            setup, masking = self.secure_stages.work(devices, request)
             start_work = start + (setup if request.snapshot else setup.max(initial=0.0))
             compute = compute + masking
         else:
@@ -160,66 +162,6 @@ class SimulatedSystem(SystemModel):
         dropped = lost_at < finish
         return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
                 "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup}
-
-    # ------------------------------------------------------------------------------------ secure aggregation
-    def _secure_work(self, devices: np.ndarray, request: CohortRequest) -> tuple[np.ndarray, np.ndarray]:
-        """Seconds each device spends in the key exchange (R0, R1), and the extra of its masked upload: the
-        shares routed to it, its mask expansion and the masked vector's size over the plain upload's."""
-        secure, n, p = request.secure, len(devices), self.profiles
-        cost = secure.cost
-        setup = self._stage_seconds(devices, cost.setup(n), secure.device_slowdown)
-        latency = p.latency_s[devices]
-        masking = (transfer_seconds(cost.masked_download_bytes(n), p.down_mbps[devices], latency) - latency
-                   + cost.masking_compute_s(n) * self._crypto_factor(devices, secure.device_slowdown)
-                   + transfer_seconds(cost.masked_upload_bytes(n) - request.bytes_up, p.up_mbps[devices], latency)
-                   - latency)
-        return setup, masking
-
-    def _stage_seconds(self, devices: np.ndarray, stages, slowdown: float) -> np.ndarray:
-        """A device's time through protocol stages: each a download, its crypto work and an upload."""
-        p, total = self.profiles, np.zeros(len(devices))
-        for stage in stages:
-            total += (transfer_seconds(stage.bytes_down, p.down_mbps[devices], p.latency_s[devices])
-                      + stage.compute_s * self._crypto_factor(devices, slowdown)
-                      + transfer_seconds(stage.bytes_up, p.up_mbps[devices], p.latency_s[devices]))
-        return total
-
-    def _crypto_factor(self, devices: np.ndarray, slowdown: float) -> np.ndarray:
-        """A device's crypto time over the reference core's: the slowdown at median speed, scaled by its speed."""
-        return slowdown * self.profiles.s_per_sample[devices] / self._median_s_per_sample
-
-    @functools.cached_property
-    def _median_s_per_sample(self) -> float:
-        return float(np.median(self.profiles.s_per_sample))
-
-    def _finish_secure(self, request, devices, reports, plan, closed, failed) -> tuple[bool, dict, int, int]:
-        """After the close: does the protocol abort (too few survivors, or a secret with too few live holders),
-        and what do unmasking and the server's work cost (nothing after a failed round)? Returns (aborted,
-        columns, bytes down, bytes up)."""
-        secure, n = request.secure, len(devices)
-        cost = secure.cost
-        survived = np.zeros(n, dtype=bool)
-        survived[reports] = True
-        started = plan["start"] <= closed  # the key exchange's bytes: every selected device that began it
-        setup = cost.setup(n)
-        down = int(started.sum()) * sum(stage.bytes_down for stage in setup)
-        up = int(started.sum()) * sum(stage.bytes_up for stage in setup)
-        graph = cost.neighbour_graph(n, secure.rng) if cost.neighbours(n) < n - 1 else None
-        columns = {"secagg_setup_s": float(plan["setup"].max(initial=0.0)),
-                   "secagg_unmask_s": 0.0, "secagg_server_s": 0.0, "secagg_field_bits": cost.field_bits(n),
-                   "secagg_aborted": 0}
-        if failed:
-            return False, columns, down, up
-        if cost.aborts(n, survived, graph):
-            columns["secagg_aborted"] = 1
-            return True, columns, down, up
-        finish = cost.finish(n, int(survived.sum()))
-        unmask = self._stage_seconds(devices[reports], finish, secure.device_slowdown)
-        columns["secagg_unmask_s"] = float(unmask.max(initial=0.0))
-        columns["secagg_server_s"] = cost.server_compute_s(n, int(survived.sum()), n - int(survived.sum()))
-        down += len(reports) * sum(stage.bytes_down for stage in finish)
-        up += len(reports) * sum(stage.bytes_up for stage in finish)
-        return False, columns, down, up
 
     def dropout_after(self, devices: np.ndarray, stream: np.random.Generator) -> np.ndarray:
         """Seconds from when each device starts working until its dropout hazard strikes (inf: never)."""
@@ -257,7 +199,7 @@ class SimulatedSystem(SystemModel):
         downloaded = plan["download_done"] <= np.minimum(closed, plan["lost_at"])
         protocol, extra_down, extra_up = {}, 0, 0
         if request.secure is not None:
-            aborted, protocol, extra_down, extra_up = self._finish_secure(request, devices, reports, plan, closed,
+            aborted, protocol, extra_down, extra_up = self.secure_stages.finish(request, devices, reports, plan, closed,
                                                                           failed)
             n, cost = len(devices), request.secure.cost  # the shares routed with the model; the masked vector's size
             extra_down += int(downloaded.sum()) * cost.masked_download_bytes(n)

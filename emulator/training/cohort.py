@@ -40,12 +40,11 @@ is the floor); the FAST CNN gains nothing on a CPU (its convolutions already fil
 time, and vmap's grouped convolutions are no faster). Large groups need `keep_freed_memory()`.
 
 `supports(model)` says when a model cannot take this path (BatchNorm, buffers, recurrent layers): the
-caller then trains those devices one at a time.
+caller then trains those devices one at a time. The dropout masks are drawn in cohort_dropout.py, the
+optimizer steps on stacked tensors are cohort_steps.py.
 """
 from __future__ import annotations
 
-import copy
-from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
@@ -57,7 +56,9 @@ from torch.nn.modules.batchnorm import _BatchNorm
 
 from emulator.training import precision as numerics
 from emulator.training.local import LocalTraining, TrainStats, seeded_generator
-from emulator.training.optimizer import ADAM_BETAS, ADAM_EPS  # torch.optim.Adam's defaults
+from emulator.training.cohort_dropout import (Masks, draw_masks, dropout_generator, dropout_layouts, layout_key,
+                                              with_supplied_dropout)
+from emulator.training.cohort_steps import adam_, per_device, restore_, scale, sgd_
 
 
 def supports(model: nn.Module) -> str | None:
@@ -160,7 +161,7 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
         raise ValueError("train_cohort: one optimizer kind per group (adam and sgd devices are trained apart)")
     adam = kinds == {True}
 
-    net, masks = _with_supplied_dropout(model)
+    net, masks = with_supplied_dropout(model)
     dtype = next(model.parameters()).dtype  # the loss weights' (fp32 normally; fp64 in the exactness tests)
     names = [name for name, _ in model.named_parameters()]
     start = dict(model.named_parameters())
@@ -178,8 +179,8 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
     offsets = np.concatenate([[0], np.cumsum(sizes)[:-1]]).astype(np.int64)
     index, length = _stack_plans(plans, offsets, int(steps.max()))
     first = int(np.flatnonzero(steps)[0])
-    masks.layouts = _dropout_layouts(net, masks, inputs, plans, ({k: start[k] for k in trainable}, frozen), device)
-    keys = [_layout_key(x) for x in inputs]
+    masks.layouts = dropout_layouts(net, masks, inputs, plans, ({k: start[k] for k in trainable}, frozen), device)
+    keys = [layout_key(x) for x in inputs]
     unused = _unused(net, trainable, start, frozen, x_all[offsets[first]:offsets[first] + 1],
                      y_all[offsets[first]:offsets[first] + 1])
 
@@ -193,7 +194,7 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
         state = {f"{slot}:{k}": torch.zeros_like(params[k]) for k in trainable for slot in ("m", "v")}
     elif any(hyper["momentum"]):
         state = {f"buf:{k}": torch.zeros_like(params[k]) for k in trainable}
-    generators = [_dropout_generator(seed, device) for seed in seeds] if masks.layouts else None
+    generators = [dropout_generator(seed, device) for seed in seeds] if masks.layouts else None
 
     loss_sum = torch.zeros(count, device=device)
     correct = torch.zeros(count, dtype=torch.int64, device=device)
@@ -205,12 +206,12 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
         width = int(length[s, active].max())
         take = torch.as_tensor(index[s, active, :width], device=device)
         weight = (torch.arange(width) < torch.as_tensor(length[s, active, None])).to(device, dtype)
-        drawn = _draw_masks(masks.layouts, keys, generators, active, length[s], width, device)
+        drawn = draw_masks(masks.layouts, keys, generators, active, length[s], width, device)
         local = params if full else {k: v[rows] for k, v in params.items()}
         grads, (losses, hits) = step_grad(local, x_all[take], y_all[take], weight, drawn)
         loss_sum[rows] += losses
         correct[rows] += hits
-        rates = {field: _per_device(values, active, device) for field, values in hyper.items()}
+        rates = {field: per_device(values, active, device) for field, values in hyper.items()}
         keep = None
         if unused:  # torch.optim leaves a parameter without a gradient alone; the proximal term gives one
             keep = torch.as_tensor([hyper["prox_mu"][d] == 0 for d in active], device=device)
@@ -222,17 +223,17 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
             held = (p.clone(), {n: t.clone() for n, t in slots.items()}) if keep is not None and k in unused else None
             g = grads[k]
             if anchor is not None:
-                g.add_(_scale(rates["prox_mu"], 0.5, g) * (2 * (p - anchor[k])))
+                g.add_(scale(rates["prox_mu"], 0.5, g) * (2 * (p - anchor[k])))
             if correction is not None:
                 g.add_(correction[k] if full else correction[k][rows])
             if adam:
-                _adam_(p, g, slots["m"], slots["v"], rates, s + 1)
+                adam_(p, g, slots["m"], slots["v"], rates, s + 1)
             else:
-                _sgd_(p, g, slots.get("buf"), rates)
+                sgd_(p, g, slots.get("buf"), rates)
             if held is not None:
-                _restore_(keep, p, held[0])
+                restore_(keep, p, held[0])
                 for slot, value in slots.items():
-                    _restore_(keep, value, held[1][slot])
+                    restore_(keep, value, held[1][slot])
             if not full:
                 params[k][rows] = p
                 for slot, value in slots.items():
@@ -248,113 +249,7 @@ def train_cohort(model: nn.Module, inputs: Sequence[torch.Tensor], labels: Seque
     return [(row.numpy(), stat) for row, stat in zip(results_flat, stats)]
 
 
-@dataclass
-class _Masks:
-    """How each dropout call of one forward looks per (input layout, batch length), and, inside the
-    vmapped function, this forward's masks in call order."""
-
-    layouts: dict | None = None
-    queue: list | None = None
-    position: int = 0
-    recording: list | None = None
-    plain: bool = False  # a dropout call whose first dimension is not the batch: use vmap's randomness
-
-
-class _SuppliedDropout(nn.Module):
-    """nn.Dropout whose mask comes from the caller (the device's own generator), in call order."""
-
-    def __init__(self, p: float, masks: _Masks):
-        super().__init__()
-        self.p, self.masks = p, masks
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        masks = self.masks
-        if self.p == 0.0:
-            return x  # torch draws nothing for p = 0 ...
-        if self.p == 1.0:
-            return x * torch.zeros((), dtype=x.dtype, device=x.device)  # ... nor for p = 1
-        if masks.recording is not None:
-            masks.recording.append((self.p, tuple(x.shape), x.stride(), x.dtype))
-            return x
-        if masks.plain or masks.queue is None:
-            return F.dropout(x, self.p, True)
-        mask = masks.queue[masks.position]
-        masks.position += 1
-        return x * mask
-
-
-def _with_supplied_dropout(model: nn.Module) -> tuple[nn.Module, _Masks]:
-    """A copy of `model` in training mode whose nn.Dropout layers take supplied masks (the caller's model
-    keeps its mode and modules)."""
-    masks = _Masks()
-    net = copy.deepcopy(model)
-    for parent in net.modules():
-        for name, child in list(parent.named_children()):
-            if type(child) is nn.Dropout:
-                setattr(parent, name, _SuppliedDropout(child.p, masks))
-    return net.train(), masks
-
-
-def _layout_key(x: torch.Tensor) -> tuple:
-    """What decides the memory layout of a batch gathered from x: its per-sample shape and strides."""
-    return tuple(x.shape[1:]), tuple(x.stride()[1:]), x.dtype
-
-
-def _dropout_layouts(net, masks: _Masks, inputs, plans, params, device) -> dict:
-    """Each dropout call's (p, size, strides, dtype) for every (input layout, batch length) the devices
-    meet, from plain forwards on such batches.
-
-    The strides matter: torch's CPU dropout fills its mask in the memory order of its input (empty_like
-    keeps the layout), and that layout follows the data's, e.g. channels_last activations after a
-    convolution of (N, 1, H, W) images whose channel stride numpy left at 0. Empty (and `masks.plain`) when
-    some call's first dimension is not the batch: those models get vmap's randomness instead."""
-    if not any(isinstance(m, _SuppliedDropout) for m in net.modules()):
-        return {}
-    layouts = {}
-    with torch.no_grad(), torch.random.fork_rng(devices=[]):
-        for x, plan in zip(inputs, plans):
-            for length in sorted({len(batch) for batch in plan}):
-                key = (_layout_key(x), length)
-                if key not in layouts:
-                    masks.recording = []
-                    functional_call(net, params, (x.to(device)[torch.arange(length, device=device)],))
-                    layouts[key] = masks.recording
-    masks.recording = None
-    calls = list(layouts.values())
-    if any(len(c) != len(calls[0]) or any(size[0] != key[1] or size[1:] != first[1][1:]
-                                          for (_, size, _, _), first in zip(c, calls[0]))
-           for key, c in layouts.items()):
-        masks.plain = True
-        return {}
-    return layouts
-
-
-def _dropout_generator(seed: int, device: torch.device) -> torch.Generator:
-    """On CPU, the CPU generator's state after torch.manual_seed(seed), which the runner's sequential path
-    sets; on a GPU a generator there seeded alike (the device's own stream, not the fused dropout's)."""
-    generator = torch.Generator(device=device)
-    generator.manual_seed(seed)
-    return generator
-
-
-def _draw_masks(layouts, keys, generators, active, lengths, width, device) -> list[torch.Tensor]:
-    """Each active device's masks for this step, drawn from its generator in call order as torch's CPU
-    dropout draws them (bernoulli_(1 - p) into a tensor laid out like the input, then / (1 - p)), padded
-    to the step's batch width."""
-    if not layouts:
-        return []
-    first = layouts[(keys[active[0]], int(lengths[active[0]]))]
-    drawn = [torch.zeros((len(active), width) + size[1:], dtype=dtype, device=device) for _, size, _, dtype in first]
-    for row, d in enumerate(active):
-        length = int(lengths[d])
-        for call, (p, size, stride, dtype) in enumerate(layouts[(keys[d], length)]):
-            noise = torch.empty_strided(size, stride, dtype=dtype, device=device)
-            noise.bernoulli_(1 - p, generator=generators[d])
-            drawn[call][row, :length] = noise.div_(1 - p)
-    return drawn
-
-
-def _objective(net: nn.Module, masks: _Masks, frozen: dict, precision: str = "fp32", device="cpu"):
+def _objective(net: nn.Module, masks: Masks, frozen: dict, precision: str = "fp32", device="cpu"):
     """One device's weighted mean cross-entropy (padded samples weigh 0), its value and correct count."""
     def objective(params, x, y, weight, drawn):
         masks.queue, masks.position = drawn, 0
@@ -417,63 +312,3 @@ def _stack_plans(plans, offsets, steps) -> tuple[np.ndarray, np.ndarray]:
             index[s, d, len(batch):] = offsets[d]
             length[s, d] = len(batch)
     return index, length
-
-
-def _per_device(values: list[float], active: np.ndarray, device) -> float | torch.Tensor:
-    """A hyperparameter for the active devices: a Python float when they share it (then the update uses
-    the very kernels torch.optim uses), else a (G,) tensor."""
-    chosen = [values[d] for d in active]
-    if all(v == chosen[0] for v in chosen):
-        return chosen[0]
-    return torch.tensor(chosen, dtype=torch.float64, device=device)
-
-
-def _column(value: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
-    """A (G,) float64 hyperparameter as a (G, 1, ...) column in `like`'s dtype (one rounding, as torch
-    rounds a Python float)."""
-    return value.to(like.dtype).view(-1, *[1] * (like.dim() - 1))
-
-
-def _scale(rate, factor: float, like: torch.Tensor):
-    """factor * rate, as torch folds a Python float."""
-    return factor * rate if isinstance(rate, float) else _column(factor * rate, like)
-
-
-def _add_(x: torch.Tensor, a, y: torch.Tensor) -> torch.Tensor:
-    """x += a * y in place, with torch's alpha when a is shared (torch.optim's own kernel)."""
-    if isinstance(a, float):
-        return x.add_(y, alpha=a)
-    return x.add_(_column(a, x) * y)
-
-
-def _sgd_(p, g, buffer, rates) -> None:
-    """torch.optim.SGD's single-tensor step (no dampening, no Nesterov), in place on p, g and buffer."""
-    wd, momentum, lr = rates["weight_decay"], rates["momentum"], rates["lr"]
-    if not (isinstance(wd, float) and wd == 0):
-        _add_(g, wd, p)
-    if buffer is not None:  # zeros at the start: 0 * m + g is the clone torch.optim takes on step 1
-        buffer.mul_(momentum if isinstance(momentum, float) else _column(momentum, buffer)).add_(g)
-        g = buffer
-    _add_(p, -lr, g)
-
-
-def _adam_(p, g, m, v, rates, step: int) -> None:
-    """torch.optim.Adam's single-tensor step (L2 weight decay, no amsgrad) at step `step`, in place
-    (every active device is at the same step: devices only ever drop out)."""
-    beta1, beta2 = ADAM_BETAS
-    wd, lr = rates["weight_decay"], rates["lr"]
-    if not (isinstance(wd, float) and wd == 0):
-        _add_(g, wd, p)
-    m.lerp_(g, 1 - beta1)
-    v.mul_(beta2).addcmul_(g, g, value=1 - beta2)
-    bias1, bias2 = 1 - beta1 ** step, 1 - beta2 ** step
-    denom = (v.sqrt() / bias2 ** 0.5).add_(ADAM_EPS)
-    if isinstance(lr, float):
-        p.addcdiv_(m, denom, value=-(lr / bias1))
-    else:
-        p.sub_(_column(lr / bias1, p) * (m / denom))
-
-
-def _restore_(keep: torch.Tensor, value: torch.Tensor, old: torch.Tensor) -> None:
-    """Put back the old rows of the devices in `keep`."""
-    value.copy_(torch.where(keep.view(-1, *[1] * (old.dim() - 1)), old, value))
