@@ -207,7 +207,7 @@ def test_malformed_shakespeare_file_names_file_and_field(shakespeare, edit, fiel
     path = _corrupt(root, "GHOST", edit)
     with pytest.raises(DataUnavailableError, match=problem) as info:
         load_leaf("shakespeare", root)
-    assert str(info.value).startswith(f"{path}: ")
+    assert str(info.value).startswith(f"data.root: {path}: ")
     assert info.match(field)
 
 
@@ -225,7 +225,7 @@ def test_malformed_femnist_file_names_file_and_field(femnist, edit, field, probl
     path = _corrupt(root, "writer_b", edit)
     with pytest.raises(DataUnavailableError, match=problem) as info:
         load_leaf("femnist", root)
-    assert str(info.value).startswith(f"{path}: ") and info.match(field)
+    assert str(info.value).startswith(f"data.root: {path}: ") and info.match(field)
 
 
 def test_invalid_json_and_duplicate_users_are_named(femnist):

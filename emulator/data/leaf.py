@@ -132,9 +132,11 @@ def _how_to(name: str) -> str:
 
 
 # --------------------------------------------------------------------------------------------- reading
+REGENERATE = "fix the file, or regenerate it with LEAF's preprocess.sh"
+
+
 def _bad(path: Path, field: str, problem: str) -> DataUnavailableError:
-    return DataUnavailableError(f"{path}: {field}: {problem} (fix the file, or regenerate it with LEAF's "
-                                "preprocess.sh)")
+    return DataUnavailableError(f"data.root: {path}: {field}: {problem} ({REGENERATE})")
 
 
 def _decode_femnist(path: Path, user: str, xs, ys) -> tuple[np.ndarray, np.ndarray]:
@@ -190,11 +192,16 @@ def read_leaf_file(name: str, path: str | os.PathLike) -> dict[str, tuple[np.nda
         with open(path, encoding="utf-8") as handle:
             data = json.load(handle)
     except json.JSONDecodeError as exc:
-        raise DataUnavailableError(f"{path}: not valid JSON ({exc.msg} at line {exc.lineno}, column "
-                                   f"{exc.colno}); replace the file (regenerate it with LEAF's preprocess.sh)"
+        raise DataUnavailableError(f"data.root: {path}: not valid JSON ({exc.msg} at line {exc.lineno}, column "
+                                   f"{exc.colno}): truncated or corrupt; {REGENERATE}") from None
+    except UnicodeDecodeError as exc:
+        raise DataUnavailableError(f"data.root: {path}: not text (byte {exc.start} is not UTF-8: binary data?); "
+                                   f"{REGENERATE}") from None
+    except RecursionError:
+        raise DataUnavailableError(f"data.root: {path}: JSON nested deeper than LEAF writes it; {REGENERATE}"
                                    ) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataUnavailableError(f"{path}: cannot be read ({type(exc).__name__}: {exc})") from None
+    except OSError as exc:
+        raise DataUnavailableError(f"data.root: {path}: cannot be read ({exc.strerror or exc})") from None
     if not isinstance(data, dict):
         raise _bad(path, "top level", f"must be an object with users and user_data, got a {type(data).__name__}")
     for key, kind in (("users", list), ("user_data", dict)):
@@ -236,8 +243,8 @@ def _read_directory(name: str, directory: Path) -> dict[str, tuple[np.ndarray, n
     for path in sorted(directory.glob("*.json")):
         for user, arrays in read_leaf_file(name, path).items():
             if user in users:
-                raise DataUnavailableError(f"{path}: users: user {user!r} is also in {where[user]}; a user's "
-                                           f"{directory.name} samples must be in one file")
+                raise DataUnavailableError(f"data.root: {path}: users: user {user!r} is also in {where[user]}; a "
+                                           f"user's {directory.name} samples must be in one file")
             users[user], where[user] = arrays, path
     return users
 

@@ -9,6 +9,7 @@ import gzip
 import os
 import pickle
 import struct
+import zlib
 from pathlib import Path
 
 import numpy as np
@@ -72,19 +73,45 @@ def directories(dataset: str, root: Path) -> list[Path]:
     return found
 
 
-def read_idx(path: str | Path) -> np.ndarray:
-    """An unsigned-byte IDX file (the MNIST family's format), gzipped or not, as a writable numpy array."""
+REPLACE = ("replace it with a good copy (or delete the dataset's files and set data.download: true to fetch them "
+           "again)")
+LABELS = {"fashion_mnist": 10, "mnist": 10, "emnist": 62, "cifar10": 10}  # classes a label file may name
+
+
+def damaged(path: Path, problem: str) -> DataUnavailableError:
+    """The refusal of a file under data.root that is there but not what the dataset's files are."""
+    return DataUnavailableError(f"data.root: {path}: {problem}; {REPLACE}")
+
+
+def read_idx(path: str | Path, dims: int | None = None) -> np.ndarray:
+    """An unsigned-byte IDX file (the MNIST family's format), gzipped or not, as a writable numpy array of
+    `dims` dimensions (any when None). A file that is not one, or not whole, raises DataUnavailableError
+    naming data.root, the file and the fix."""
     path = Path(path)
-    data = path.read_bytes()
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise damaged(path, f"cannot be read ({exc.strerror or exc})") from None
     if data[:2] == b"\x1f\x8b":
-        data = gzip.decompress(data)
+        try:
+            data = gzip.decompress(data)
+        except (OSError, EOFError, zlib.error) as exc:  # BadGzipFile is an OSError
+            raise damaged(path, f"a gzip file that does not decompress ({exc}): truncated or corrupt") from None
     if len(data) < 4 or data[:2] != b"\x00\x00" or data[2] != 0x08:
-        raise DataUnavailableError(f"{path}: not an unsigned-byte IDX file (corrupt or wrong file?); replace it")
-    dims = data[3]
-    shape = struct.unpack(f">{dims}I", data[4:4 + 4 * dims])
-    if len(data) - 4 - 4 * dims != int(np.prod(shape)):
-        raise DataUnavailableError(f"{path}: truncated IDX file (header says shape {shape}); replace it")
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape).copy()
+        raise damaged(path, "not an unsigned-byte IDX file (empty, corrupt or another file)")
+    found = data[3]
+    if found == 0 or dims is not None and found != dims:
+        raise damaged(path, f"an IDX file of {found} dimensions where {dims or 'at least 1'} belong (images have 3, "
+                            "labels 1): another file under this name?")
+    if len(data) < 4 + 4 * found:
+        raise damaged(path, f"its header is cut short ({len(data)} bytes): truncated")
+    shape = struct.unpack(f">{found}I", data[4:4 + 4 * found])
+    expected = int(np.prod(shape, dtype=np.int64))
+    held = len(data) - 4 - 4 * found
+    if held != expected:
+        raise damaged(path, f"{held:,} bytes of data where its header says shape {shape} ({expected:,} bytes): "
+                            f"{'truncated' if held < expected else 'corrupt'}")
+    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * found).reshape(shape).copy()
 
 
 def _locate(dataset: str, roots: list[Path], split: str) -> list[Path]:
@@ -115,11 +142,17 @@ def _missing_message(dataset: str, looked: list[Path], expected: list[str]) -> s
 
 
 def _read_idx_dataset(dataset: str, paths: list[Path], split: str) -> tuple[ArrayDataset, ArrayDataset]:
-    arrays = [read_idx(p) for p in paths]
+    arrays = [read_idx(p, dims=3 if k % 2 == 0 else 1) for k, p in enumerate(paths)]
     parts = []
-    for images, labels in (arrays[0:2], arrays[2:4]):
+    for (images, labels), (image_file, label_file) in zip((arrays[0:2], arrays[2:4]), (paths[0:2], paths[2:4])):
+        if images.shape[1:] != (28, 28):
+            raise damaged(image_file, f"images of {images.shape[1]} x {images.shape[2]} pixels where {dataset}'s are "
+                                      "28 x 28: another dataset's file?")
         if len(images) != len(labels):
-            raise DataUnavailableError(f"{dataset}: {len(images)} images but {len(labels)} labels; replace the files")
+            raise damaged(label_file, f"{len(labels):,} labels for the {len(images):,} images of {image_file.name}: "
+                                      "the two files are of different sets")
+        if labels.max(initial=0) >= LABELS[dataset] + (dataset == "emnist" and split == "letters"):
+            raise damaged(label_file, f"label {int(labels.max())} where {dataset} has {LABELS[dataset]} classes")
         labels = labels.astype(np.int64)
         if dataset == "emnist":
             images = images.transpose(0, 2, 1)  # EMNIST is stored transposed
@@ -132,12 +165,32 @@ def _read_idx_dataset(dataset: str, paths: list[Path], split: str) -> tuple[Arra
 def _read_cifar10(paths: list[Path]) -> tuple[ArrayDataset, ArrayDataset]:
     batches = []
     for path in paths:
-        with open(path, "rb") as handle:
-            batch = pickle.load(handle, encoding="bytes")
-        batches.append((np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32),
-                        np.asarray(batch[b"labels"], np.int64)))
+        batches.append(_cifar_batch(path))
     train = (np.concatenate([b[0] for b in batches[:5]]), np.concatenate([b[1] for b in batches[:5]]))
     return _pair("cifar10", [train, batches[5]])
+
+
+def _cifar_batch(path: Path) -> tuple[np.ndarray, np.ndarray]:
+    """One of CIFAR-10's python batches (a pickled dict of data and labels) as (images, labels)."""
+    try:
+        with open(path, "rb") as handle:
+            batch = pickle.load(handle, encoding="bytes")
+    except OSError as exc:
+        raise damaged(path, f"cannot be read ({exc.strerror or exc})") from None
+    except Exception as exc:  # a pickle cut short or garbled fails in many ways (EOFError, UnpicklingError, ...)
+        raise damaged(path, f"not a CIFAR-10 python batch ({type(exc).__name__}: {str(exc)[:80]}): truncated or "
+                            "corrupt") from None
+    if not isinstance(batch, dict) or b"data" not in batch or b"labels" not in batch:
+        raise damaged(path, "not a CIFAR-10 python batch (a dict with data and labels)")
+    try:
+        images = np.asarray(batch[b"data"], np.uint8).reshape(-1, 3, 32, 32)
+        labels = np.asarray(batch[b"labels"], np.int64).reshape(-1)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise damaged(path, f"its data is not 32 x 32 colour images with integer labels ({exc})") from None
+    if len(images) != len(labels) or len(labels) and (labels.min() < 0 or labels.max() >= LABELS["cifar10"]):
+        raise damaged(path, f"{len(labels):,} labels (from {labels.min(initial=0)} to {labels.max(initial=0)}) for "
+                            f"{len(images):,} images: CIFAR-10 has one label 0..9 per image")
+    return images, labels
 
 
 def _pair(dataset: str, parts: list[tuple[np.ndarray, np.ndarray]]) -> tuple[ArrayDataset, ArrayDataset]:
