@@ -12,19 +12,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.evaluation.fleet import group_column, group_values, members
-
-
-def honest_groups(groups: dict[str, np.ndarray], honest: np.ndarray | None = None) -> list[tuple[str, object]]:
-    """(column, value) of every group that holds an honest device (every group when `honest` is None)."""
-    return [(name, value) for name, values in groups.items() for value in group_values(values)
-            if honest is None or (members(values, value) & honest).any()]
+from emulator.evaluation.fleet import group_column, groups_holding, members
 
 
 def acceptance_columns(groups: dict[str, np.ndarray], honest: np.ndarray | None = None) -> tuple[str, ...]:
     """metrics.csv's names: accepted_<column>_<value>, the share of that group's honest reports accepted;
     `honest` (per device; None: everyone) leaves out the groups without an honest device."""
-    return tuple(group_column("accepted", name, value) for name, value in honest_groups(groups, honest))
+    return tuple(group_column("accepted", name, value) for name, value in groups_holding(groups, honest))
 
 
 def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[str, np.ndarray],
@@ -34,7 +28,7 @@ def acceptance_by_group(devices: np.ndarray, accepted: np.ndarray, groups: dict[
     devices, accepted = np.asarray(devices, np.int64), np.asarray(accepted, bool)
     keep = np.ones(len(devices), bool) if honest is None else honest[devices]
     row = {}
-    for name, value in honest_groups(groups, honest):
+    for name, value in groups_holding(groups, honest):
         inside = keep & members(groups[name][devices], value) if len(devices) else np.zeros(0, bool)
         row[group_column("accepted", name, value)] = float(accepted[inside].mean()) if inside.any() else None
     return row

@@ -106,25 +106,34 @@ def members(values: np.ndarray, value) -> np.ndarray:
     return gone if value is None else ~gone & (np.asarray(values) == value)
 
 
-def group_columns(groups: dict[str, np.ndarray], prefix: str = "device_acc") -> tuple[str, ...]:
+def groups_holding(groups: dict[str, np.ndarray], within: np.ndarray | None = None) -> list[tuple[str, object]]:
+    """(column, value) of every group that holds a device of `within` (per device; None: every group). A group
+    without one could never have a statistic: its column would be empty in every row."""
+    return [(name, value) for name, values in groups.items() for value in group_values(values)
+            if within is None or (members(values, value) & within).any()]
+
+
+def group_columns(groups: dict[str, np.ndarray], prefix: str = "device_acc",
+                  within: np.ndarray | None = None) -> tuple[str, ...]:
     """metrics.csv's names for a statistic of each group: <prefix>_<column>_<value> (the mean device
-    accuracy's by default; <value> is MISSING for the devices without one)."""
-    return tuple(group_column(prefix, name, value) for name, values in groups.items()
-                 for value in group_values(values))
+    accuracy's by default; <value> is MISSING for the devices without one); only groups holding a device of
+    `within` (None: all)."""
+    return tuple(group_column(prefix, name, value) for name, value in groups_holding(groups, within))
 
 
 def group_column(prefix: str, name: str, value) -> str:
     return f"{prefix}_{name}_{_label(value)}"
 
 
-def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.ndarray]) -> dict:
-    """The mean device accuracy of each group (None for a group none of whose devices has a local test)."""
+def group_means(samples: np.ndarray, accuracy: np.ndarray, groups: dict[str, np.ndarray],
+                within: np.ndarray | None = None) -> dict:
+    """The mean device accuracy of each group holding a device of `within` (None: every group); None for a
+    group none of whose devices was scored."""
     row = {}
     scored = samples > 0
-    for name, values in groups.items():
-        for value in group_values(values):
-            inside = scored & members(values, value)
-            row[group_column("device_acc", name, value)] = float(np.mean(accuracy[inside])) if inside.any() else None
+    for name, value in groups_holding(groups, within):
+        inside = scored & members(groups[name], value)
+        row[group_column("device_acc", name, value)] = float(np.mean(accuracy[inside])) if inside.any() else None
     return row
 
 
@@ -190,7 +199,7 @@ class FleetEvaluation:
 
     @property
     def columns(self) -> tuple[str, ...]:
-        oracle = FLEET_COLUMNS + group_columns(self.groups) if self.oracle else ()
+        oracle = FLEET_COLUMNS + group_columns(self.groups, within=self.local_sizes > 0) if self.oracle else ()
         tuned = (FINETUNED_COLUMNS if self.oracle else ()) + (("sampled_acc_ft_mean",) if self.sample else ())
         return oracle + (SAMPLED_COLUMNS if self.sample else ()) + (tuned if self.finetune else ())
 
@@ -213,7 +222,7 @@ class FleetEvaluation:
         row = {}
         if self.oracle:
             row.update(fleet_statistics(samples, accuracy, reported))
-            row.update(group_means(samples, accuracy, self.groups))
+            row.update(group_means(samples, accuracy, self.groups, self.local_sizes > 0))
         scored = np.flatnonzero(samples > 0)
         table = {"device": scored, "samples": samples[scored], "accuracy": accuracy[scored],
                  "loss": mean_loss[scored], "reported": np.asarray(reported)[scored]}

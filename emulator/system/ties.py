@@ -362,7 +362,9 @@ def _check_value(population, behaviour, value, where) -> None:
 
 def check_world(scenario, federation) -> None:
     """Build the world's ties on the actual data once, so a tie the data cannot satisfy (a group no
-    device falls in, a statistic every device shares) is a ScenarioError before anything starts."""
+    device falls in, a statistic every device shares) is a ScenarioError before anything starts; so is
+    a world whose set-up leaves a statistic empty in every row (check_local_tests)."""
+    check_local_tests(scenario, federation.local_sizes, federation.sizes)
     population = scenario.population
     if scenario.system.model != "simulated" or not (population.ties or population.types):
         return
@@ -372,3 +374,23 @@ def check_world(scenario, federation) -> None:
         if tie.values is None:
             world.order(behaviour, everyone, np.zeros(len(everyone))) if tie.scale is None else \
                 world.values(behaviour, everyone)
+
+
+def check_local_tests(scenario, local_sizes: np.ndarray, train_sizes: np.ndarray) -> None:
+    """evaluation.devices scores devices on their own test splits (data.local_test): where the data leaves
+    no device one, every device statistic would be empty to the end of the run. Refused once the data is
+    built (who holds a split depends on each device's samples), naming the field and the fix."""
+    local = scenario.data.local_test
+    if scenario.evaluation.devices is None or local is None or np.any(np.asarray(local_sizes) > 0):
+        return
+    largest = int(np.max(np.asarray(train_sizes) + np.asarray(local_sizes))) if len(train_sizes) else 0
+    if local.split == "dataset":
+        why = f"no user has min_samples ({local.min_samples}) test samples of its own"
+        fix = "lower data.local_test.min_samples, or use split: carve with a fraction"
+    else:
+        why = (f"a device holds round(fraction x its samples) out only where that is at least min_samples "
+               f"({local.min_samples}) and leaves it a sample to train on, and the largest device has {largest} "
+               f"samples (fraction {local.fraction:g})")
+        fix = "raise data.local_test.fraction, lower data.local_test.min_samples, or give the devices more data"
+    raise ScenarioError(f"data.local_test: no device holds a local test split ({why}), so every statistic of "
+                        f"evaluation.devices would be empty in every row; {fix}")
