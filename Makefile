@@ -6,7 +6,7 @@ BIN    := $(VENV)/bin
 TORCH  ?= torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 
-.PHONY: venv demo test bench clean
+.PHONY: venv demo test test-fast bench clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(BIN)/lint-imports  # the layers in pyproject.toml: an import that runs back up fails here
 	$(BIN)/python -m pytest -q -n 2 --dist loadscope --no-loadscope-reorder --durations=20
+
+# The inner loop: unit tests and in-process runs, no Ray start, no slow tests (a few minutes on 2 cores).
+test-fast: $(STAMP)
+	EMULATOR_TEST_TIER=fast $(BIN)/python -m pytest -q -n 2 -m "not ray and not slow" --durations=10
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

@@ -58,8 +58,33 @@ def _cost(item) -> float:
     return 0.5
 
 
+# ------------------------------------------------------------------ the fast tier (make test-fast)
+# `ray`: the test starts Ray (it asks for the ray_session fixture, or its file runs Ray or whole CLI
+# processes throughout). `make test-fast` runs `-m "not ray and not slow"` with EMULATOR_TEST_TIER=fast,
+# where starting Ray fails the test that tried: a test that needs Ray must say so.
+RAY_FILES = {"test_docs.py", "test_warm.py", "test_token_auth.py", "test_data_nodes.py"}
+FAST_TIER = os.environ.get("EMULATOR_TEST_TIER") == "fast"
+
+
+def _mark_ray(items) -> None:
+    for item in items:
+        if "ray_session" in getattr(item, "fixturenames", ()) or item.path.name in RAY_FILES:
+            item.add_marker(pytest.mark.ray)
+
+
+if FAST_TIER:
+    import ray as _ray
+
+    def _no_ray(*args, **kwargs):
+        raise RuntimeError("this test starts Ray, which the fast tier (make test-fast) never does: give it the "
+                           "ray_session fixture (it is then marked `ray` and runs in make test)")
+
+    _ray.init = _no_ray
+
+
 def pytest_collection_modifyitems(config, items):
     """Heaviest scope first, each scope's tests in their own order (every worker sorts the same way)."""
+    _mark_ray(items)
     cost: dict[str, float] = {}
     for item in items:
         cost[scope_of(item.nodeid)] = cost.get(scope_of(item.nodeid), 0.0) + _cost(item)

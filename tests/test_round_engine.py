@@ -1,7 +1,8 @@
 """The round engine and its observers, in process: the Algorithm base declares every hook the engines use,
 a host-wrapping algorithm forwards every hook it does not override, a round is a typed record whose
 columns are the observers' declared ones, and a scenario's own observer adds a column."""
-import numpy as np
+from typing import Literal
+
 import pytest
 from conftest import small_scenario
 
@@ -9,8 +10,11 @@ from emulator.algorithms.base import ATTRIBUTES, HOOKS, Algorithm, RoundKind, Ro
 from emulator.algorithms.hosted import Hosted
 from emulator.data import build_federation
 from emulator.parts import validate_scenario
+from emulator.registry import OBSERVERS, register_observer
+from emulator.scenario.execution import ObserverSettings
 from emulator.runtime.inline import InlineActor
 from emulator.runtime.runner import DeviceRunner, RunContext
+from emulator.server.observers.base import Observer
 from emulator.server.record import RECORD_COLUMNS, RoundRecord
 from emulator.server.server import FederatedServer
 
@@ -121,3 +125,43 @@ def test_the_ledger_of_a_round_and_the_one_before_are_kept():
     assert server.participation_after(1) is None  # two rounds back: no longer kept
     before, after = server.participation_after(2), server.participation_after(3)
     assert (after["reported"] - before["reported"]).sum() == records[-1].participants > 0
+
+
+class RunningBest(Observer):
+    """An observer that carries state across rounds: the best training accuracy so far."""
+
+    columns = ("best_train_acc",)
+
+    def __init__(self, world):
+        super().__init__(world)
+        self.best = 0.0
+
+    def after_round(self, record, played):
+        self.best = max(self.best, record.train_acc or 0.0)
+        return {"best_train_acc": self.best}
+
+    def state(self):
+        return {"best": self.best}
+
+    def load_state(self, state):
+        self.best = state.get("best", 0.0)
+
+
+class RunningBestConfig(ObserverSettings):
+    kind: Literal["running_best"] = "running_best"
+
+
+def test_an_observers_state_goes_through_a_checkpoint():
+    if "running_best" not in OBSERVERS:
+        register_observer("running_best", lambda config, world: RunningBest(world), config=RunningBestConfig)
+    raw = small_scenario(rounds=6, observers=[{"kind": "running_best"}])
+    whole = server_for(raw)
+    expected = [whole.run_round()["best_train_acc"] for _ in range(6)]
+    first = server_for(raw)
+    for _ in range(3):
+        first.run_round()
+    state = first.get_state()
+    assert state["observers"] == {f"{len(first.observers) - 2}:RunningBest": {"best": expected[2]}}
+    second = server_for(raw)
+    assert second.load_state(state) == 3
+    assert [second.run_round()["best_train_acc"] for _ in range(3)] == expected[3:]

@@ -88,11 +88,18 @@ class FederatedServer:
             state["upload"] = upload
         if isinstance(self.engine, AsynchronousEngine):  # the devices in flight and the versions they downloaded
             state["async"] = self.engine.state()
-        kept = {type(o).__name__: o.state() for o in self.observers}
-        kept = {name: value for name, value in kept.items() if value}
+        kept = {key: observer.state() for key, observer in self._keyed_observers()}
+        kept = {key: value for key, value in kept.items() if value}
         if kept:
             state["observers"] = kept
         return state
+
+    def _keyed_observers(self):
+        """Each observer with the key its checkpoint state goes under: its place and its class (a resumed run
+        has the same observers: they are part of the experiment, checkpoint.py)."""
+        for i, observer in enumerate(self.observers):
+            inner = getattr(observer, "inner", observer)  # a plugin's, guarded
+            yield f"{i}:{type(inner).__qualname__}", observer
 
     def load_state(self, state: dict) -> int:
         world = self.world
@@ -104,8 +111,8 @@ class FederatedServer:
         if "async" in state:
             self.engine.load_state(state["async"])
         kept = state.get("observers", {})
-        for observer in self.observers:
-            observer.load_state(kept.get(type(observer).__name__, {}))
+        for key, observer in self._keyed_observers():
+            observer.load_state(kept.get(key, {}))
         self.ledger.keep(self.round)
         return self.round
 
