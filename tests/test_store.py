@@ -118,10 +118,31 @@ def older_format(directory):
     (directory / "meta.json").write_text(json.dumps(meta))
 
 
+def meta_as(change):
+    """meta.json rewritten by `change` (its text -> new text)."""
+    def spoil(directory):
+        path = directory / "meta.json"
+        path.write_text(change(path.read_text()))
+    return spoil
+
+
+def meta_field(name, value):
+    return meta_as(lambda text: json.dumps({**json.loads(text), name: value}))
+
+
 @pytest.mark.parametrize("spoil, why", [(damage_train_rows, "train_x.npy is changed since it was written"),
                                         (truncate_labels, "train_y.npy is changed since it was written"),
                                         (remove_meta, "meta.json is missing"),
-                                        (older_format, "format 0")])
+                                        (older_format, "format 0"),
+                                        (meta_as(lambda text: ""), "meta.json is unreadable"),
+                                        (meta_as(lambda text: text[:len(text) // 2]), "meta.json is unreadable"),
+                                        (meta_as(lambda text: "[1, 2]"), "meta.json is not"),
+                                        (meta_field("files", ["train_x"]), "meta.json's files is not"),
+                                        (meta_field("files", {"train_x": 3}), "meta.json's files is not"),
+                                        (meta_field("num_classes", "ten"), "meta.json's num_classes is not"),
+                                        (meta_field("server_samples", None), "meta.json's server_samples is not"),
+                                        (meta_field("mean", "0.5"), "meta.json's mean is not"),
+                                        (meta_field("ragged", {"train_x": 1}), "meta.json's ragged is not")])
 def test_a_damaged_or_stale_cache_is_named_and_rebuilt_never_read(tmp_path, spoil, why):
     memory = built(scenario())
     builds, lines = [], []

@@ -268,12 +268,45 @@ def _random_access(column: np.ndarray) -> None:
 
 
 def read_meta(directory: Path) -> dict:
+    """meta.json, checked to hold what write_federation writes (StoreDamaged otherwise: the directory is
+    rebuilt, never read from what is left of it)."""
     try:
-        return json.loads((Path(directory) / "meta.json").read_text())
+        meta = json.loads((Path(directory) / "meta.json").read_text())
     except FileNotFoundError:
         raise StoreDamaged("meta.json is missing (an unfinished write)") from None
     except (OSError, ValueError) as exc:
         raise StoreDamaged(f"meta.json is unreadable ({exc})") from None
+    if not isinstance(meta, dict):
+        raise StoreDamaged(f"meta.json is not an object but a {type(meta).__name__}")
+    if meta.get("format") != FORMAT_VERSION:  # another format's fields are not this one's: said as such
+        return meta
+    for name, ok, what in _META:
+        if not ok(meta.get(name)):
+            raise StoreDamaged(f"meta.json's {name} is not {what}")
+    return meta
+
+
+def _whole(value) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 0
+
+
+def _floats_or_none(value) -> bool:
+    return value is None or isinstance(value, list) and all(isinstance(v, (int, float)) for v in value)
+
+
+_META = (  # (field, check, what it holds) of format 1's meta.json
+    ("files", lambda v: isinstance(v, dict) and all(isinstance(f, dict) for f in v.values()),
+     "a mapping of file names to their facts"),
+    ("num_classes", lambda v: _whole(v) and v > 0, "a whole number of classes"),
+    ("devices", _whole, "a whole number of devices"),
+    ("server_samples", _whole, "a whole number of samples"),
+    ("mean", _floats_or_none, "a list of numbers (or null)"), ("std", _floats_or_none, "a list of numbers (or null)"),
+    ("test_mean", _floats_or_none, "a list of numbers (or null)"),
+    ("test_std", _floats_or_none, "a list of numbers (or null)"),
+    ("ragged", lambda v: v is None or isinstance(v, dict) and all(
+        isinstance(f, dict) and _whole(f.get("length")) and isinstance(f.get("pad"), int) for f in v.values()),
+     "a mapping of columns to their length and pad"),
+)
 
 
 def _tuple(values) -> tuple[float, ...] | None:
