@@ -6,6 +6,7 @@ stops at any point:
 
     class_accuracy.csv   before the metrics row: a round on record has its classes
     metrics.csv          flushed and fsynced: the round is on disk before the next one starts
+    then the sinks (recording/sinks.py), each one concern:
     tensorboard/         flushed, for a live view (output.tensorboard)
     events.csv           the round's device events (system.events), fsynced
     checkpoint.pkl       every output.checkpoint_every rounds and after the last
@@ -28,6 +29,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 from emulator.recording import checkpoint as checkpoints
 from emulator.recording.round_files import drop_aside, keep_aside, put_back
 from emulator.recording.rundir import NO_SPACE, OutputError, RunDirectory
+from emulator.recording.sinks import sinks_for
 
 if TYPE_CHECKING:
     from emulator.scenario import Scenario
@@ -66,11 +68,10 @@ class Recorder:
     def __init__(self, directory: RunDirectory, scenario: Scenario, source: Source,
                  on_round: Callable[[dict], None] | None = None):
         self.directory, self.scenario, self.source = directory, scenario, source
-        self.on_round = on_round
+        self.sinks, self.listeners = sinks_for(directory, scenario, source, on_round)
         self.rows: list[dict] = []
         self.summary: dict = {}
         self._columns: tuple[str, ...] | None = None
-        self._board = None
         self._dropped_until: int | None = None  # rounds a rewind dropped, kept aside until on record again
 
     @property
@@ -80,7 +81,7 @@ class Recorder:
     # ------------------------------------------------------------------------------------ lifecycle
     def start(self, columns: tuple[str, ...], summary: dict) -> None:
         """Write the run's opening `summary` (with the figures of the rounds already on record, a resume's),
-        then open metrics.csv (with `columns`) and TensorBoard."""
+        then open metrics.csv (with `columns`) and the sinks."""
         self.summary = summary
         if self.rows:
             summary.update(progress(self.rows))
@@ -94,21 +95,16 @@ class Recorder:
             self.directory.append_class_accuracy(r, record.sim_time_s, record.class_accuracy)
         if record.device_eval is not None:  # and its devices' scores
             self.directory.append_device_eval(r, record.sim_time_s, record.device_eval)
-        self.directory.append(row)
-        if self._board is not None:
-            self._board.append(row)
-        if self.scenario.system.events:
-            self.directory.append_events(self.source.events())
+        self.directory.append(row)  # flushed and fsynced: the round is on record
         self.rows.append(row)
         if self._dropped_until is not None and r >= self._dropped_until:  # every dropped round is back
             drop_aside(self.path)
             self._dropped_until = None
-        every = self.scenario.output.checkpoint_every
-        if (every and r % every == 0) or r == self.scenario.rounds:
-            checkpoints.write(self.path, self.source.state(), self.scenario)
+        for sink in self.sinks:  # TensorBoard, events, the checkpoint when due
+            sink.record(record, row)
         self.summary.update(progress(self.rows))
-        if self.on_round is not None:  # once the round is on disk: what a progress bar shows is kept
-            self.on_round(row)
+        for listener in self.listeners:  # once the round is on disk: what a progress bar shows is kept
+            listener.record(record, row)
 
     def latest_checkpoint(self) -> tuple[checkpoints.Checkpoint | None, list[str]]:
         """The newest checkpoint that verifies, and a note for each one that did not."""
@@ -118,7 +114,7 @@ class Recorder:
         """Keep the rounds up to `round_done` (a checkpoint's) in every output and drop the later ones, which
         are run again. Returns the rows kept. Before `start` (a resume), only the files are rewound."""
         opened = self._columns is not None
-        self._close_board()
+        self._close_sinks()
         _, on_disk = self.directory.whole_metrics()
         furthest = max((int(row["round"]) for row in on_disk), default=0)
         if furthest > round_done and self._dropped_until is None:  # put back if the run stops before them
@@ -134,7 +130,7 @@ class Recorder:
         close every output. `started`: when the run started (time.time()), for its wall time; `stamp_end`
         False keeps the summary's own times (a resume that failed before any new round). Rounds a rewind
         dropped and the run did not get back to are put back as they were."""
-        self._close_board()
+        self._close_sinks()
         if self._dropped_until is not None:
             self.directory.close()
             put_back(self.path)
@@ -160,15 +156,12 @@ class Recorder:
     def _open(self, columns: tuple[str, ...]) -> None:
         self._columns = columns
         self.directory.open_metrics(columns)
-        if self.scenario.output.tensorboard:  # event files holding the rows kept so far
-            from emulator.recording.tensorboard import TensorBoardLog
+        for sink in self.sinks + self.listeners:
+            sink.open(self.rows)
 
-            self._board = TensorBoardLog(self.path, history=self.rows)
-
-    def _close_board(self) -> None:
-        if self._board is not None:
-            self._board.close()
-            self._board = None
+    def _close_sinks(self) -> None:
+        for sink in self.sinks + self.listeners:
+            sink.close()
 
     def _write_summary(self) -> None:
         try:
