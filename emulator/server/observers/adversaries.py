@@ -19,7 +19,7 @@ class Attackers(Observer):
             if world.scenario.algorithm.aggregator is not None else {}
         backdoor = self.hostile.backdoor if self.hostile is not None else None
         self.columns = (() if self.hostile is None else ATTACKER_COLUMNS + (("backdoor_success",) if backdoor else ())) \
-            + tuple(acceptance_columns(self.groups))
+            + tuple(acceptance_columns(self.groups, None if self.hostile is None else ~self.hostile.attacker))
 
     @classmethod
     def wanted(cls, world) -> bool:
