@@ -156,7 +156,12 @@ YAML_DAMAGE = {
 }
 
 
+def _remove(path: Path) -> None:
+    path.unlink()
+
+
 def cases():
+    yield pytest.param("metrics.csv", _remove, "missing", id="metrics.csv: missing")
     for name in FILES:
         damages = dict(EVERY_FILE)
         if name.endswith(".csv"):
@@ -210,10 +215,13 @@ def test_the_report_of_several_runs_leaves_the_damaged_ones_out_and_says_why(hea
         damage = CSV_DAMAGE["garbled line"] if name.endswith(".csv") else JSON_DAMAGE["a list"]
         damage[0](run / name)
         damaged[run] = name
+    missing = copy_of(healthy, runs, "damaged-no-metrics")
+    (missing / "metrics.csv").unlink()
+    damaged[missing] = "metrics.csv"
     assert main(["report", str(runs), "--out", str(tmp_path / "report")]) == 0
     err = capsys.readouterr().err
     report = (tmp_path / "report" / "report.md").read_text()
-    assert report.startswith(f"# Run report\n\n1 run(s) in 1 experiment(s), {len(FILES)} left out (below)")
+    assert report.startswith(f"# Run report\n\n1 run(s) in 1 experiment(s), {len(damaged)} left out (below)")
     section = report.split("## Left out: damaged run directories")[1].split("\n## ")[0]
     for run, name in damaged.items():
         assert f"- `{run}`: {name}: " in section, name

@@ -67,6 +67,8 @@ def load_run(path: str | Path) -> Run:
     finished; that line is not read."""
     path = Path(path)
     if not (path / "metrics.csv").is_file():
+        if _started(path):  # a run writes metrics.csv (its header) when it starts
+            raise DamagedRunError(path / "metrics.csv", "missing, beside the run's scenario.yaml and summary.json")
         raise NotARunError(f"{path}: not a run directory (no metrics.csv)")
     scenario = read_scenario_file(path / "scenario.yaml") if (path / "scenario.yaml").exists() else {}
     summary = read_summary_file(path / "summary.json") if (path / "summary.json").exists() else {}
@@ -97,15 +99,21 @@ def find_runs(paths) -> list[Path]:
     found: list[Path] = []
     for raw in paths:
         path = Path(raw)
-        if (path / "metrics.csv").is_file():
+        if (path / "metrics.csv").is_file() or _started(path):
             found.append(path)
         elif path.is_dir():
-            found.extend(sorted(p.parent for p in path.rglob("metrics.csv")))
+            found.extend(sorted({p.parent for p in path.rglob("metrics.csv")}
+                                | {p.parent for p in path.rglob("summary.json") if _started(p.parent)}))
         else:
             raise NotARunError(f"{path}: no such run directory")
     if not found:
         raise NotARunError(f"no run directories (holding metrics.csv) under {', '.join(map(str, paths))}")
     return list(dict.fromkeys(found))
+
+
+def _started(path: Path) -> bool:
+    """A directory a run was started in: its scenario.yaml and summary.json, written before the first round."""
+    return (path / "scenario.yaml").is_file() and (path / "summary.json").is_file()
 
 
 def load_runs(paths) -> list[Run]:

@@ -128,6 +128,9 @@ class Run:
         readers = {"metrics.csv": files.read_metrics_table, "participation.csv": files.read_participation_table,
                    "class_accuracy.csv": files.read_class_accuracy_table, "events.csv": files.read_events_table}
         reader = readers[name]
+        if name == "metrics.csv" and not (self.path / name).exists() and (self.path / "summary.json").exists():
+            raise files.DamagedRunError(self.path / name, "missing, beside the run's summary.json (a run writes "
+                                                          "both when it starts)")
         if name != "participation.csv":  # written once at the end; the others a row at a time
             going = self.summary.get("status") in (None, "running")
             reader = (lambda path, read=reader: read(path, cut_ok=going))
