@@ -25,7 +25,7 @@ test: $(STAMP)
 
 # The inner loop: unit tests and in-process runs, no Ray start, no slow tests (a few minutes on 2 cores).
 test-fast: $(STAMP)
-	EMULATOR_TEST_TIER=fast $(BIN)/python -m pytest -q -n 2 -m "not ray and not slow" --durations=10
+	EMULATOR_TEST_TIER=fast $(BIN)/python -m pytest -q -n 2 -m "not ray and not slow and not heavy" --durations=10
 
 bench: $(STAMP)
 	$(BIN)/python benchmarks/overhead.py

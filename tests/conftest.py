@@ -59,8 +59,8 @@ def _cost(item) -> float:
 
 
 # ------------------------------------------------------------------ the fast tier (make test-fast)
-# `ray`: the test starts Ray (it asks for the ray_session fixture, or its file runs Ray or whole CLI
-# processes throughout). `make test-fast` runs `-m "not ray and not slow"` with EMULATOR_TEST_TIER=fast,
+# `ray`: the test starts Ray (it asks for the ray_session fixture, its `backend` parameter is "ray", its file
+# runs Ray or whole CLI processes throughout, or it says so itself: a subprocess that starts Ray). `make test-fast` runs `-m "not ray and not slow and not heavy"` with EMULATOR_TEST_TIER=fast,
 # where starting Ray fails the test that tried: a test that needs Ray must say so.
 RAY_FILES = {"test_docs.py", "test_warm.py", "test_token_auth.py", "test_data_nodes.py"}
 FAST_TIER = os.environ.get("EMULATOR_TEST_TIER") == "fast"
@@ -68,7 +68,9 @@ FAST_TIER = os.environ.get("EMULATOR_TEST_TIER") == "fast"
 
 def _mark_ray(items) -> None:
     for item in items:
-        if "ray_session" in getattr(item, "fixturenames", ()) or item.path.name in RAY_FILES:
+        callspec = getattr(item, "callspec", None)
+        on_ray = callspec is not None and callspec.params.get("backend") == "ray"  # a test run on both backends
+        if on_ray or "ray_session" in getattr(item, "fixturenames", ()) or item.path.name in RAY_FILES:
             item.add_marker(pytest.mark.ray)
 
 

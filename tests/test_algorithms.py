@@ -135,6 +135,7 @@ def federated(name, scenario, federation, rounds):
     return params
 
 
+@pytest.mark.heavy
 def test_scaffold_reaches_the_optimum_where_fedavg_with_many_local_steps_does_not():
     scenario, federation = heterogeneous_problem()
     optimum = global_optimum(federation, 0.05, build_model("logreg", (10,), 3, 0))

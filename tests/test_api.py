@@ -102,6 +102,7 @@ def test_runs_in_one_process_share_the_ray_session_and_the_runners(ray_session, 
     assert runners() == before and before[0]
 
 
+@pytest.mark.ray  # in a process of its own
 def test_a_process_keeps_the_session_it_started_for_every_run_and_ends_it_at_exit(tmp_path):
     """Without a session of the caller's, the first run starts Ray and later runs reuse it and its runners."""
     script = f"""

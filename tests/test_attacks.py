@@ -158,6 +158,7 @@ def test_a_backdoor_target_the_dataset_lacks_exits_2_naming_the_field(tmp_path, 
     assert "population.types[1].attack.target: 99" in capsys.readouterr().err
 
 
+@pytest.mark.heavy
 def test_the_report_draws_the_attack_figure_only_for_runs_with_attackers(tmp_path):
     attacked = run_scenario(validate_scenario(_world(BACKDOOR, rounds=3)), tmp_path / "attacked").path
     honest = run_scenario(validate_scenario(small_scenario(rounds=3)), tmp_path / "honest").path

@@ -290,6 +290,7 @@ def test_dropout_masks_follow_the_input_layout():
     assert_agree(expected, train_cohort(model, xs, ys, specs, [1, 2, 3, 4]))
 
 
+@pytest.mark.heavy
 def test_keep_freed_memory_in_a_process_of_its_own():
     """Process-wide, so checked in a child process: glibc accepts both settings and training still runs."""
     import subprocess

@@ -298,6 +298,7 @@ def test_asking_devices_on_the_clock_leaves_training_as_it_was_and_is_priced_apa
     assert all(sum(1 for x in rows if x["round"] == m["round"]) == int(m["sampled_answered"]) for m in b)
 
 
+@pytest.mark.heavy
 def test_the_report_draws_what_each_device_gets_when_the_runs_have_it(tmp_path):
     from emulator.analysis.device_plots import last_device_accuracy
     from emulator.analysis.runs import load_run

@@ -279,6 +279,7 @@ def test_a_killed_server_actor_is_restarted_from_the_last_checkpoint(reference, 
     assert events(run) == events(reference)
 
 
+@pytest.mark.heavy
 # ------------------------------------------------------------------------------------ output paths
 def test_a_bad_output_path_is_refused_before_ray_starts(tmp_path):
     file = tmp_path / "a-file"

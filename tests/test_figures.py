@@ -159,6 +159,7 @@ def _all_figures(groups, out: Path, **width) -> list[Path]:
     return paths
 
 
+@pytest.mark.heavy
 def test_every_figure_is_written_as_png_pdf_and_svg(tmp_path):
     with writing_formats(FIGURE_FORMATS):  # the tests' default is PNG only (conftest.py)
         paths = _all_figures(sweep_groups(), tmp_path)

@@ -220,7 +220,7 @@ def test_user_data_with_a_nan_feature_is_refused_naming_where(tmp_path):
     x[7, 2] = np.nan
     y = np.arange(60) % 2
     with pytest.raises(ScenarioError, match=r"1 value\(s\) that are not finite .* sample 7, column 2"):
-        emulator.run(small_scenario(rounds=1), data=((x, y), (x[:10], y[:10])), devices=6, out=tmp_path / "r")
+        emulator.run(small_scenario(rounds=1), data=((x, y), (x[:10], y[:10])), out=tmp_path / "r")
     assert not (tmp_path / "r").exists()
 
 

@@ -57,6 +57,7 @@ def test_a_run_changes_backend_when_resumed_and_ends_as_if_it_never_had(ray_sess
     assert comparable(half.path) == comparable(whole.path)
 
 
+@pytest.mark.heavy
 def test_an_inline_run_starts_no_ray(tmp_path):
     """In a process where Ray is not running, an inline run does not start it."""
     code = textwrap.dedent(f"""

@@ -126,6 +126,7 @@ def test_files_may_sit_under_data_and_num_samples_is_optional(tmp_path, monkeypa
     assert len(load_leaf("shakespeare")[0]) == 5
 
 
+@pytest.mark.heavy
 # --------------------------------------------------------------------------------------------- int tokens train
 def test_char_lstm_is_leafs_model_and_learns_a_repeating_text():
     model = char_lstm((80,), 80)

@@ -155,6 +155,7 @@ def test_a_value_outside_a_fields_domain_is_refused_naming_it(data):
     assert shown in message, (path, value, str(refused.value))
 
 
+@pytest.mark.heavy
 def test_setting_every_field_to_the_value_it_holds_is_accepted_and_changes_nothing():
     """The walk's paths are real `--set` paths (the properties above would otherwise test refusals only)."""
     for name, path, _kind, _bounds, value in FIELDS:

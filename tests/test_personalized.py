@@ -103,6 +103,7 @@ def skewed_runs(tmp_path_factory):
             for name, algorithm in [("fedavg", None), ("fedper", FEDPER), ("ditto", DITTO)]}
 
 
+@pytest.mark.heavy
 def test_fedper_and_ditto_serve_each_device_better_than_fedavg(skewed_runs):
     mean = {name: float(last_row(path)["device_acc_mean"]) for name, path in skewed_runs.items()}
     assert mean["fedper"] > mean["fedavg"] + 0.1 and mean["ditto"] > mean["fedavg"] + 0.1, mean
@@ -151,6 +152,7 @@ def test_device_eval_scores_each_device_with_its_own_model(skewed_runs):
         assert checked >= 2
 
 
+@pytest.mark.heavy
 def test_personal_state_survives_kill_9_and_resumes_bit_identically(tmp_path):
     """Ditto (a whole model per device) killed mid-run by SIGKILL, resumed: every metric, every device's
     score, and the store's bytes as an uninterrupted run has them."""

@@ -112,6 +112,7 @@ def test_a_plugin_with_a_syntax_error_names_its_file_and_line(tmp_path, capsys):
     assert f"({tmp_path / 'broken_syntax.py'}:2)" in err and "frozen" not in err, err
 
 
+@pytest.mark.ray  # a process that tries to start Ray
 def test_ray_failing_to_start_is_one_line_naming_the_machine_and_the_way_around(tmp_path):
     """In a fresh process (this one's Ray is running already): Ray's session directory cannot be made."""
     import os

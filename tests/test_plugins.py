@@ -310,6 +310,7 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
     assert f"this run's 2 finished rounds are kept: continue with emulator run --resume {boom}" in err, err
 
 
+@pytest.mark.ray  # a cluster in a process of its own
 def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(
         lab, tmp_path):
     """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for three claims: every

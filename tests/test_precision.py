@@ -127,6 +127,7 @@ def test_bf16_cnn_gives_identical_metrics_with_one_and_two_runners(ray_session, 
     assert comparable(paths[0]) == comparable(paths[1])
 
 
+@pytest.mark.heavy
 @needs_bf16
 @needs_fmnist
 def test_bf16_training_reaches_fp32_accuracy(tmp_path):

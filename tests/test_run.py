@@ -99,6 +99,7 @@ def test_simulated_run_writes_participation_and_events_that_agree_with_metrics(r
     assert set(events["round"]) == set(metrics["round"])
 
 
+@pytest.mark.heavy
 def test_the_data_built_while_ray_starts_survives_its_process_forks():
     """The driver builds the federation in a thread while ray.init forks Ray's processes (with their
     pthread_atfork handlers). OpenBLAS's handler stops its worker threads, so a threaded matrix product in

@@ -70,6 +70,16 @@ SLOW = {
     "cluster/population_100k.yaml",        # 10^5 devices: ~10 s to generate and split the data
     "fmnist_fedavg.yaml",
 }
+# Scenarios whose two rounds train a CNN, an LSTM or a large population for seconds: `make test` checks their
+# fingerprints, `make test-fast` (the inner loop) leaves them to it; the light ones cover every algorithm there.
+HEAVY = {
+    "papers/fedavg_cifar10_acp.yaml", "papers/safari_cifar10.yaml", "papers/fedavg_fmnist_acp.yaml",
+    "papers/fast_fmnist.yaml", "papers/fast_fmnist_adaptive.yaml", "papers/fast_cifar10.yaml",
+    "system/diurnal_dropout.yaml", "cluster/population_1m.yaml", "privacy/private_slow_tier.yaml",
+    "papers/fast_shakespeare.yaml", "papers/fsl_cifar10_scenario1.yaml", "papers/fsl_cifar10_scenario2.yaml",
+    "papers/fsl_emnist_scenario1.yaml", "papers/fedavg_two_sided_mnist.yaml", "system/stragglers_deadline.yaml",
+    "papers/fsl_emnist_scenario2.yaml",
+}
 
 # Real file names, sample counts and classes of the datasets that are faked (see emulator/data/vision.py):
 # (name prefix, test split's name, training images, test images, classes).
@@ -197,8 +207,8 @@ def _params() -> list:
     for path in SCENARIOS:
         slow = _name(path) in SLOW
         for backend in ("ray", "inline") if _name(path) in ON_RAY else ("inline",):
-            params.append(pytest.param(path, backend, id=f"{_name(path)}-{backend}",
-                                       marks=[pytest.mark.slow] if slow else []))
+            marks = [pytest.mark.slow] if slow else [pytest.mark.heavy] if _name(path) in HEAVY else []
+            params.append(pytest.param(path, backend, id=f"{_name(path)}-{backend}", marks=marks))
     return params
 
 
@@ -206,7 +216,7 @@ def test_every_listed_scenario_exists():
     """SLOW and ON_RAY name scenarios by path; a renamed scenario must not silently lose its mark."""
     names = {_name(p) for p in SCENARIOS}
     assert SCENARIOS, "no scenarios shipped"
-    assert SLOW <= names, sorted(SLOW - names)
+    assert SLOW <= names and HEAVY <= names, sorted((SLOW | HEAVY) - names)
     assert ON_RAY <= names and not ON_RAY & SLOW, sorted(ON_RAY - names)
     assert set(LIGHTER) <= names, sorted(set(LIGHTER) - names)
 

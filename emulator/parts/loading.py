@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from emulator.parts.plugins import load_builtins, load_entry_points, load_plugins
-from emulator.scenario import Scenario, apply_overrides, parse_scenario, read_yaml, with_plugins
-from emulator.system.checks import check_population, resolve_files
+from emulator.scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, read_yaml, with_plugins
+from emulator.system.checks import check_population, machine_memory, population_fits, resolve_files
 from emulator.system.preflight import preflight
 
 
@@ -28,6 +28,9 @@ def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | 
     load_parts(plugins if isinstance(plugins, list) else (), search or [Path.cwd()])
     scenario = parse_scenario(raw, source)
     check_population(scenario, source)
+    too_big = population_fits(scenario.population.devices, machine_memory())
+    if too_big:  # before the checks below allocate anything per device
+        raise ScenarioError(too_big)
     preflight(scenario, source)  # what the server would refuse once started: the model and algorithm built here
     return scenario
 
