@@ -86,3 +86,13 @@ def test_a_resume_that_gets_back_past_the_dropped_rounds_keeps_the_new_ones(tmp_
     result = resume_run(path)
     assert result.summary["status"] == "completed" and len(read_metrics(path)) == 8
     assert not (path / ".before-rewind").exists()
+
+
+@pytest.mark.parametrize("damage", [b"{\"status\": \"runn", b"[1, 2]", b"\x00\xff garbage"])
+def test_a_damaged_summary_is_refused_not_overwritten(tmp_path, damage):
+    path = stopped_run(tmp_path, 3)
+    (path / "summary.json").write_bytes(damage)
+    before = snapshot(path)
+    with pytest.raises(ScenarioError, match="summary.json is damaged"):
+        resume_run(path)
+    assert snapshot(path) == before and (path / "summary.json").read_bytes() == damage

@@ -70,7 +70,7 @@ def _check_runtime(recorded, asked, notify) -> None:
 
 def plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> tuple[checkpoints.Checkpoint | None, dict]:
     """The checkpoint a run continues from (None: round 0) and the summary it held; or a refusal."""
-    summary = directory.read_summary()
+    summary = _readable_summary(directory)
     _, rows = directory.whole_metrics()
     found, notes = checkpoints.verified(directory.path)
     _same_experiment(directory, scenario, found, summary, len(rows))
@@ -96,6 +96,18 @@ def plan_resume(directory: RunDirectory, scenario: Scenario, notify) -> tuple[ch
         where = f"the checkpoint after round {usable.round}" if usable else "round 0 (the run is deterministic)"
         notify(f"resuming from {where}")
     return usable, summary
+
+
+def _readable_summary(directory: RunDirectory) -> dict:
+    """summary.json as the run left it ({} where it never wrote one); a damaged one is refused rather than
+    overwritten: it may hold what the resume needs (where the plugins were, the data's record)."""
+    path = directory.path / "summary.json"
+    summary = directory.read_summary()
+    if not summary and path.exists():
+        raise ScenarioError(f"--resume {directory.path}: {path.name} is damaged (not a JSON object), and resuming "
+                            "would overwrite it; restore it, or move it aside to resume without it (its figures are "
+                            "rebuilt from metrics.csv); nothing was changed")
+    return summary
 
 
 def _same_experiment(directory: RunDirectory, scenario: Scenario, found: list, summary: dict, rows: int) -> None:

@@ -141,10 +141,10 @@ class RunDirectory:
         return valid_rows(self.metrics_path, metrics_row_ok) if self.metrics_path.exists() else ([], [])
 
     def open_metrics(self, columns: tuple[str, ...]) -> None:
-        """Open metrics.csv for appending rows of `columns` (a file written by an older version with
-        other columns is rewritten with these first)."""
+        """Open metrics.csv for appending rows of `columns`. A file on record keeps its columns, in its order
+        (a column no longer written stays, empty from here); columns it lacks are added after them."""
         header, rows = self.whole_metrics()
-        columns = list(columns) + [c for c in header if c not in columns]  # a recorded column is never dropped
+        columns = header + [c for c in columns if c not in header] if header else list(columns)
         if header and header != columns:
             rewrite_csv(self.metrics_path, [{c: r.get(c, "") for c in columns} for r in rows], columns)
         self.keep_room_for_the_summary()
