@@ -109,12 +109,14 @@ def pytest_xdist_make_scheduler(config, log):
 def ray_session():
     import ray
 
-    from emulator.runtime.cluster import configure_token_auth
+    from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG, configure_token_auth, lighten_local_instance
 
     if not ray.is_initialized():
         configure_token_auth()  # token authentication on, as in every run, without Ray's warning
         ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
-                 runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}})
+                 runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
+                 _system_config=LOCAL_SYSTEM_CONFIG)
+        lighten_local_instance()  # as a run's own local instance: no autoscaler monitor, no dashboard process
     yield ray
     ray.shutdown()
 
