@@ -10,14 +10,13 @@ import pickle
 
 import ray
 
+from emulator.driver.request import POLL_S
 from emulator.parts.plugins import innermost, users_paths
 from emulator.runtime import inline, warm
 from emulator.runtime.interrupts import RunInterrupted, StopRequest
 from emulator.runtime.pool import RunnerPool
 from emulator.scenario import Scenario, ScenarioError
 from emulator.server.server import FederatedServer, ServerActor
-
-POLL_S = 0.1  # how often a waiting driver looks at its stop request
 
 
 def start_actors(scenario: Scenario, run_key: str, shipped: dict | None, session_outlives_run: bool,

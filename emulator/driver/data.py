@@ -8,11 +8,10 @@ from threadpoolctl import threadpool_limits
 
 from emulator.data import federation_for
 from emulator.data.federation import Federation
+from emulator.driver.request import POLL_S
 from emulator.runtime.startup import StartupProfile
 from emulator.scenario import Scenario, ScenarioError
 from emulator.system.ties import check_world
-
-POLL_S = 0.1  # how often a waiting driver looks at its stop request
 
 
 class DataBuilder:

@@ -16,6 +16,9 @@ from emulator.runtime.startup import StartupProfile
 from emulator.scenario import Scenario
 
 
+POLL_S = 0.1  # how often a waiting driver looks at its stop request (and lets Ctrl-C through)
+
+
 def to_stderr(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
