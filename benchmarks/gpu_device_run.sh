@@ -11,18 +11,19 @@
 # (PROBE_ARGS="--configs ..."); the fastest is written to $OUT/best.txt. Not needed for papers: on the
 # H100 one run at a time was the fastest (docs/gpu.md, "Many runs on one GPU").
 #
-# papers: FAST's Table 2 Fashion-MNIST cells at alpha = 0.1 (uniform and Beta participation x FedAvg and
-# FAST q = 0.5) at paper scale (1000 rounds) x 3 seeds, one run after another on 4 runners x 0.25 (or in
-# PAPER_CONFIG), seed 0 of every cell first, skipping the runs results/gpu/ already holds finished, until
-# PAPER_LIMIT seconds have passed (about 170 s a run on an H100). Every run's metrics.csv, summary.json and
-# scenario.yaml (an unfinished run's too: how far it got) come back in $OUT/papers.tar.gz: unpack it into
-# results/gpu/<date>-<gpu>/ and commit; `emulator report results/gpu/*/*/` rebuilds the tables.
+# papers: the paper-scale runs (benchmarks/gpu_papers.py): FAST's Table 2 Fashion-MNIST cells at 1000 rounds
+# x 3 seeds beside the plain reference loop, PAPER_PARALLEL (12) processes at once on the card under CUDA
+# MPS, in order of need, skipping the runs results/gpu/ and results/gpu-reference/ already hold finished,
+# until PAPER_LIMIT seconds have passed. Every run's metrics.csv, summary.json and scenario.yaml (an
+# unfinished run's too: how far it got), jobs.csv and nvidia-smi.csv come back in $OUT/papers.tar.gz:
+# `python benchmarks/gpu_papers_file.py $OUT/papers.tar.gz <date>-<gpu>` files them under results/; then
+# `emulator report results/gpu/*/*/` rebuilds the tables.
 set -u
 OUT=${OUT:-gpu-out}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 steps=${*:-info tests quickstart fast bench memory}
-PAPER_ROUNDS=${PAPER_ROUNDS:-1000} PAPER_CONFIG=${PAPER_CONFIG:-one} BENCH_ARGS=${BENCH_ARGS:-}
+BENCH_ARGS=${BENCH_ARGS:-}
 
 step() {  # step LIMIT_S NAME COMMAND...
     local limit=$1 name=$2
@@ -65,27 +66,34 @@ for s in $steps; do
         TAIL=12 step ${PROBE_LIMIT:-330} probe python3 benchmarks/gpu_sweep_probe.py --rounds ${PROBE_ROUNDS:-10} \
             --limit ${PROBE_CONFIG_LIMIT:-80} --best "$OUT/best.txt" ${PROBE_ARGS:-} ;;
     papers)
-        step ${PAPER_LIMIT:-480} papers python3 benchmarks/gpu_sweep_probe.py --papers "$OUT/runs-papers" \
-            --config "$PAPER_CONFIG" --rounds "$PAPER_ROUNDS" --limit $((${PAPER_LIMIT:-480} - 5)) --done results/gpu
-        python3 - "$OUT/runs-papers" "$OUT/papers.tar.gz" <<'PY'
+        step $((${PAPER_LIMIT:-500} + 40)) papers python3 benchmarks/gpu_papers.py --out "$OUT/papers" \
+            --limit ${PAPER_LIMIT:-500} --parallel ${PAPER_PARALLEL:-12} --done results/gpu --done results/gpu-reference ${PAPER_ARGS:-}
+        python3 - "$OUT/papers" "$OUT/papers.tar.gz" <<'PY'
 import csv, json, sys, tarfile
 from pathlib import Path
 root, done = Path(sys.argv[1]), 0
 with tarfile.open(sys.argv[2], "w:gz") as tar:  # unfinished runs too: how far they got, and how fast
-    for metrics in sorted(root.glob("*/metrics.csv")):
-        run = metrics.parent
-        rows = list(csv.DictReader(metrics.open()))
+    for run in sorted(p for p in (root / "runs").glob("*/") if p.is_dir()):
         summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
         status = summary.get("status", "unfinished")
-        last = rows[-1] if rows else {}
-        print(f"{run.name}: {status}, {len(rows)} rows, round {last.get('round')}, "
-              f"wall {last.get('wall_time_s', last.get('wall_s'))}, test_acc {summary.get('final_test_acc')}")
+        rows = list(csv.DictReader((run / "metrics.csv").open())) if (run / "metrics.csv").exists() else []
+        print(f"{run.name}: {status}, round {rows[-1]['round'] if rows else 0}, wall {summary.get('wall_time_s')}")
         done += status == "completed"
         for name in ("metrics.csv", "summary.json", "scenario.yaml"):
             if (run / name).exists():
-                tar.add(run / name, arcname=f"{run.name}/{name}")
+                tar.add(run / name, arcname=f"runs/{run.name}/{name}")
+    for name in ("jobs.csv", "nvidia-smi.csv"):
+        if (root / name).exists():
+            tar.add(root / name, arcname=name)
+    for log in sorted((root / "logs").glob("*.log")):  # the last lines of each run's own output
+        tail = "\n".join(log.read_text(errors="replace").splitlines()[-15:]) + "\n"
+        info = tarfile.TarInfo(f"logs/{log.name}")
+        info.size = len(tail.encode())
+        import io
+        tar.addfile(info, io.BytesIO(tail.encode()))
 print(f"{done} finished runs in {sys.argv[2]}")
 PY
+        rm -rf "$OUT/papers"  # all of it is in papers.tar.gz; $OUT brings back few files
         ;;
     esac
 done

@@ -1,0 +1,227 @@
+"""The paper-scale runs on one GPU, many at once, in order of need, inside a fixed stretch of device time.
+
+Each run is its own process training on the card: an emulator run in process (`runtime.backend: inline`,
+one runner, no Ray) or the plain reference loop (benchmarks/reference_fedavg.py). Up to `--parallel` run at
+once; under CUDA MPS (started here where the machine has it) their kernels share the card side by side
+instead of taking turns. The list is ordered so that a stretch of device time finishes whole cells first:
+
+1. FAST Table 2, Fashion-MNIST alpha = 0.1: uniform and Beta(1, 10) participation x FedAvg (q = 0) and
+   FAST q = 0.5, 1000 rounds (`scenarios/papers/fast_fmnist.yaml`), with the plain loop's FedAvg
+   (uniform and Beta) beside them, seed by seed;
+2. alpha = 0.05: uniform and Beta FedAvg, then the plain loop's;
+3. the plain loop with each client's Adam state kept between its rounds (seed 0), a setup question.
+
+Runs `--done` already holds finished are skipped, so the next stretch goes on with the rest. A run is not
+started when less time is left than runs of its kind have taken; at `--limit` seconds the ones still going
+are stopped (an emulator run ends after its round, keeping its files) and kept as unfinished.
+
+    python benchmarks/gpu_papers.py --out OUT --limit 520 --done results/gpu --parallel 12
+    python benchmarks/gpu_papers.py --out /tmp/p --list      # the plan, nothing run
+
+Writes OUT/runs/<name>/ (every run's metrics.csv, summary.json, scenario.yaml), OUT/jobs.csv (each run's
+start, end, exit code and rounds) and OUT/nvidia-smi.csv (the card's load every 5 s).
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+SCENARIO = "scenarios/papers/fast_fmnist.yaml"
+REFERENCE = "benchmarks/reference_fedavg.py"
+ROUNDS = 1000
+MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
+IN_PROCESS = ["runtime.backend=inline", "runtime.num_gpus=1", "runtime.torch_threads=1", "output.tensorboard=false"]
+
+
+@dataclass
+class Job:
+    name: str
+    kind: str  # "emulator" or "reference"
+    args: list[str]
+    started: float = 0.0
+    ended: float = 0.0
+    code: int | None = None
+    process: subprocess.Popen | None = field(default=None, repr=False)
+
+
+def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int) -> list[Job]:
+    """The runs of one sweep cell grid, named as `emulator sweep` names them (so committed runs and sweeps agree)."""
+    from emulator.sweeps import parse_grid, plan_sweep
+
+    overrides = [f"rounds={ROUNDS}", *sets] + ([f"name={prefix}"] if prefix else [])
+    planned = plan_sweep(SCENARIO, overrides, parse_grid(grid), seeds, Path(tempfile.gettempdir()) / "papers-plan")
+    return [Job(run.name, "emulator", overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"])
+            for run in planned]
+
+
+def reference_jobs(alpha: float, participations: list[str], seeds: int, adam: str = "fresh") -> list[Job]:
+    kept = "-adam_kept" if adam == "kept" else ""
+    return [Job(f"reference-fedavg-alpha{alpha:g}-{who}{kept}-seed{seed}", "reference",
+                ["--alpha", str(alpha), "--participation", who, "--seed", str(seed), "--adam", adam,
+                 "--rounds", str(ROUNDS)])
+            for seed in range(seeds) for who in participations]
+
+
+def by_seed(jobs: list[Job]) -> list[Job]:
+    return sorted(jobs, key=lambda job: (int(job.name.rsplit("seed", 1)[1]), jobs.index(job)))
+
+
+def plan() -> list[Job]:
+    """Every run in the order a stretch of device time should take them."""
+    selection = "algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}"
+    fast = emulator_jobs("", [], [selection, "algorithm.q=0,0.5"], 3)
+    plain = reference_jobs(0.1, ["uniform", "beta"], 3)
+    first = by_seed(fast + plain)
+    sharper = by_seed(emulator_jobs("fast-fmnist-alpha0.05-fedavg", ["data.partition.alpha=0.05", "algorithm.q=0"],
+                                    [selection], 3))
+    return first + sharper + reference_jobs(0.05, ["uniform", "beta"], 3) + reference_jobs(0.1, ["uniform", "beta"], 1, "kept")
+
+
+def finished(done: str | None) -> set[str]:
+    """Names of runs finished under `done` (DIR/<session>/<run>/summary.json with status completed)."""
+    if not done:
+        return set()
+    return {s.parent.name for s in Path(done).glob("*/*/summary.json")
+            if json.loads(s.read_text()).get("status") == "completed"}
+
+
+def command(job: Job, out: Path, cpu: bool = False) -> list[str]:
+    if job.kind == "reference":
+        return [sys.executable, REFERENCE, *job.args, "--out", str(out)] + (["--device", "cpu"] if cpu else [])
+    sets = job.args + IN_PROCESS + [f"output.dir={out}"] + (["runtime.num_gpus=0"] if cpu else [])
+    return [sys.executable, "-m", "emulator", "run", SCENARIO, "--quiet", *[a for s in sets for a in ("--set", s)]]
+
+
+def start_mps() -> bool:
+    if shutil.which("nvidia-cuda-mps-control") is None:
+        print("mps: not installed here; runs take turns on the card", flush=True)
+        return False
+    for path in MPS_ENV.values():
+        Path(path).mkdir(parents=True, exist_ok=True)
+    os.environ.update(MPS_ENV)
+    done = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
+    if done.returncode != 0:
+        print(f"mps: did not start ({done.stderr.strip() or done.stdout.strip()})", flush=True)
+        for key in MPS_ENV:
+            os.environ.pop(key)
+        return False
+    print("mps: started", flush=True)
+    return True
+
+
+def stop_mps() -> None:
+    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, capture_output=True)
+
+
+def flatten(run_root: Path) -> None:
+    """<root>/<name>-<time>/ (what `emulator run` makes under output.dir) -> <root>/."""
+    for inner in [p for p in run_root.glob("*/") if (p / "scenario.yaml").exists() or (p / "metrics.csv").exists()]:
+        for item in inner.iterdir():
+            item.rename(run_root / item.name)
+        inner.rmdir()
+
+
+def rounds_done(run_root: Path) -> int:
+    rows = list(csv.DictReader((run_root / "metrics.csv").open())) if (run_root / "metrics.csv").exists() else []
+    return int(float(rows[-1]["round"])) if rows else 0
+
+
+def launch(job: Job, out: Path, logs: Path, cpu: bool) -> None:
+    env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
+               EMULATOR_DATA_CACHE=str(out / ".cache"))  # a cache of its own: no two runs write one folder
+    job.started = time.time()
+    job.process = subprocess.Popen(command(job, out / "runs" / job.name, cpu), env=env, stdout=(logs / f"{job.name}.log").open("w"),
+                                   stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def main(argv=None) -> int:
+    global ROUNDS
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--limit", type=float, default=520, help="seconds for all of it")
+    parser.add_argument("--parallel", type=int, default=12)
+    parser.add_argument("--done", help="skip runs finished under DIR/<session>/<run>/ (results/gpu, results/gpu-reference)",
+                        action="append", default=[])
+    parser.add_argument("--only", nargs="*", help="run only the jobs whose names start with one of these")
+    parser.add_argument("--rounds", type=int, default=1000, help="rounds per run (a smoke test: 3)")
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU (a smoke test of the script)")
+    parser.add_argument("--list", action="store_true", help="print the plan and stop")
+    args = parser.parse_args(argv)
+    ROUNDS = args.rounds
+    deadline = time.time() + args.limit
+    skip = set().union(*(finished(d) for d in args.done)) if args.done else set()
+    todo = [j for j in plan() if j.name not in skip and (not args.only or j.name.startswith(tuple(args.only)))]
+    print(f"plan: {len(todo)} runs to do, {len(skip)} finished already; {args.parallel} at once", flush=True)
+    if args.list:
+        for job in todo:
+            print(f"  {job.kind:9s} {job.name}")
+        return 0
+    logs = args.out / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    mps = start_mps()
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,memory.used,power.draw",
+                            "--format=csv,noheader", "-l", "5"], stdout=(args.out / "nvidia-smi.csv").open("w"),
+                           stderr=subprocess.DEVNULL) if shutil.which("nvidia-smi") else None
+    running: list[Job] = []
+    done: list[Job] = []
+    waiting = list(todo)
+    stopping = False
+    while running or (waiting and not stopping):
+        for job in list(running):
+            if job.process.poll() is not None:
+                job.code, job.ended = job.process.returncode, time.time()
+                running.remove(job)
+                done.append(job)
+                print(f"{time.strftime('%H:%M:%S')} {job.name}: exit {job.code} after {job.ended - job.started:.0f} s",
+                      flush=True)
+        left = deadline - time.time()
+        if left <= 0 and not stopping:
+            stopping = True
+            print(f"limit reached: stopping {len(running)} runs, {len(waiting)} not started", flush=True)
+            for job in running:
+                job.process.terminate()
+        while not stopping and waiting and len(running) < args.parallel:
+            job = waiting[0]
+            took = [j.ended - j.started for j in done if j.kind == job.kind and j.code == 0]
+            if took and left < max(took) * 1.05:  # it would not finish: leave it for the next stretch
+                waiting.pop(0)
+                continue
+            waiting.pop(0)
+            launch(job, args.out, logs, args.cpu)
+            running.append(job)
+            time.sleep(1.0)  # a staggered start: fewer processes importing torch at one instant
+        if stopping and running and time.time() > deadline + 20:
+            for job in running:
+                job.process.kill()
+        time.sleep(1.0)
+    if smi:
+        smi.terminate()
+    if mps:
+        stop_mps()
+    with (args.out / "jobs.csv").open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["name", "kind", "started_s", "ended_s", "exit", "rounds"])
+        t0 = min((j.started for j in done), default=0)
+        for job in done:
+            root = args.out / "runs" / job.name
+            if job.kind == "emulator":
+                flatten(root)
+            writer.writerow([job.name, job.kind, round(job.started - t0, 1), round(job.ended - t0, 1), job.code,
+                             rounds_done(root)])
+    shutil.rmtree(args.out / ".cache", ignore_errors=True)
+    finished_now = [j for j in done if j.code == 0]
+    print(f"{len(finished_now)} of {len(done)} started runs finished; {len(waiting)} not started", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
