@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import csv
 import json
-import re
 import statistics
 from dataclasses import dataclass
 from pathlib import Path

@@ -66,8 +66,8 @@ for s in $steps; do
         TAIL=12 step ${PROBE_LIMIT:-330} probe python3 benchmarks/gpu_sweep_probe.py --rounds ${PROBE_ROUNDS:-10} \
             --limit ${PROBE_CONFIG_LIMIT:-80} --best "$OUT/best.txt" ${PROBE_ARGS:-} ;;
     papers)
-        step $((${PAPER_LIMIT:-500} + 40)) papers python3 benchmarks/gpu_papers.py --out "$OUT/papers" \
-            --limit ${PAPER_LIMIT:-500} --parallel ${PAPER_PARALLEL:-12} --done results/gpu --done results/gpu-reference ${PAPER_ARGS:-}
+        step $((${PAPER_LIMIT:-550} + 30)) papers python3 benchmarks/gpu_papers.py --out "$OUT/papers" \
+            --limit ${PAPER_LIMIT:-550} --parallel ${PAPER_PARALLEL:-12} --done results/gpu --done results/gpu-reference ${PAPER_ARGS:-}
         python3 - "$OUT/papers" "$OUT/papers.tar.gz" <<'PY'
 import csv, json, sys, tarfile
 from pathlib import Path

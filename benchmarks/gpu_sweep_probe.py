@@ -1,9 +1,10 @@
-"""How fast FAST's paper-scale Fashion-MNIST runs go on one GPU, and the runs themselves.
+"""How fast FAST's paper-scale Fashion-MNIST runs go on one GPU as one Ray sweep, in several configurations.
 
-Issue 24's paper-scale step is FAST's Table 2 Fashion-MNIST alpha = 0.1 cells: 12 runs (uniform and Beta(1,
-10) participation x FedAvg and FAST q = 0.5, 3 seeds) of 1000 rounds with the paper's CNN. Measured on an
-H100 (2026-11-26, docs/gpu.md "Many runs on one GPU"): runs sharing the card go slower in total than the
-same runs one after another. One run alone on 4 runners x 0.25 did 1000 rounds in 164 s (6.1 rounds a
+FAST's Table 2 Fashion-MNIST alpha = 0.1 cells: 12 runs (uniform and Beta(1, 10) participation x FedAvg and
+FAST q = 0.5, 3 seeds) of 1000 rounds with the paper's CNN. Measured on an H100 (2026-11-26, docs/gpu.md
+"Many runs on one GPU"): runs sharing one Ray sweep on the card go slower in total than the same runs one
+after another (the paper-scale runs themselves now go as separate in-process runs under MPS,
+benchmarks/gpu_papers.py, four times faster). One run alone on 4 runners x 0.25 did 1000 rounds in 164 s (6.1 rounds a
 second, its evaluations included); 4 runs at once on the same runners 3.8 rounds a second in all, 12 at once
 on 12 x 0.0833 0.3 (4.3 with each cohort vectorised under CUDA MPS).
 
@@ -11,13 +12,8 @@ Probe: the sweep for a few rounds in each configuration below; prints seconds pe
 per second in all and what 12 runs x 1000 rounds would take. A configuration stopped by --limit still
 counts where its runs got past round 3. `--best FILE` writes the fastest one's name.
 
-Papers: `--papers OUT` runs the 12 runs in the configuration `--config` (a name or a file --best wrote);
-`one` runs them one after another, seed 0 of every cell first, skipping every run that `--done DIR`
-already holds finished (results/gpu/*/): a session's device time finishes a few runs, and the next session
-goes on with the rest.
-
 Configurations (names for --configs):
-  one         one run at a time on 4 runners x 0.25 (the fastest measured)
+  one         one run at a time on 4 runners x 0.25 (the fastest on Ray)
   base        parallel 12, runners x 0.0833, one device at a time
   vec         the same, each run's cohort (10 devices) vectorised in one task (runtime.group_size 10)
   mps         base under CUDA MPS (nvidia-cuda-mps-control -d): the runners' kernels run side by side
@@ -27,13 +23,11 @@ Configurations (names for --configs):
   four_vec    four, each run's cohort vectorised in one task
 
     python benchmarks/gpu_sweep_probe.py [--rounds 10] [--configs base vec mps vec_mps] [--best FILE]
-    python benchmarks/gpu_sweep_probe.py --papers OUT --config one --rounds 1000 --limit SECONDS --done results/gpu
 """
 from __future__ import annotations
 
 import argparse
 import csv
-import json
 import os
 import shutil
 import subprocess
@@ -124,89 +118,13 @@ def probe(name: str, rounds: int, limit_s: float) -> dict:
     return row
 
 
-def finished_runs(done: str | None) -> set[str]:
-    """Names of the runs already finished under `done` (results/gpu/<session>/<run>/summary.json)."""
-    if not done:
-        return set()
-    return {summary.parent.name for summary in Path(done).glob("*/*/summary.json")
-            if json.loads(summary.read_text()).get("status") == "completed"}
-
-
-def papers_in_order(rounds: int) -> list[tuple[str, list[str]]]:
-    """The 12 runs as the sweep names them, each with its --set values: seed 0 of every cell first, so a
-    session that finishes four runs has looked at every cell once."""
-    from emulator.sweeps import parse_grid, plan_sweep  # the sweep's own names: committed runs and sweeps agree
-
-    overrides = [f"rounds={rounds}", "output.tensorboard=false"]
-    planned = plan_sweep(SCENARIO, overrides, parse_grid(GRID[1::2]), 3, Path(tempfile.gettempdir()) / "papers-plan")
-    runs = [(run.name, overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"])
-            for run in planned]
-    return sorted(runs, key=lambda item: (int(item[0].rsplit("seed", 1)[1]), runs.index(item)))
-
-
-def run_papers_one_by_one(rounds: int, out: str, limit_s: float, done: str | None) -> int:
-    """The runs one after another on 4 runners x 0.25, each in OUT/<its name>, until the time runs out;
-    a run stopped by the limit is left as it got (its metrics say how far)."""
-    _, share, sets, _ = CONFIGS["one"]
-    skip, deadline = finished_runs(done), time.time() + limit_s
-    todo = [(name, sets_) for name, sets_ in papers_in_order(rounds) if name not in skip]
-    print(f"papers: {len(todo)} runs to do ({len(skip)} finished under {done}), one at a time", flush=True)
-    for name, values in todo:
-        left = deadline - time.time()
-        if left < 30:
-            break
-        command = [sys.executable, "-m", "emulator", "run", SCENARIO, "--quiet", "--set", f"runtime.num_gpus={share}",
-                   *[arg for value in values + sets for arg in ("--set", value)], "--set", f"output.dir={out}/{name}"]
-        started = time.time()
-        try:
-            code = subprocess.run(command, timeout=left).returncode
-        except subprocess.TimeoutExpired:
-            code = 124
-        print(f"papers: {name}: exit {code} after {time.time() - started:.0f} s", flush=True)
-        for run_dir in Path(out, name).glob("*/"):  # <out>/<name>/<name>-<time>/ -> <out>/<name>/
-            for item in run_dir.iterdir():
-                item.rename(Path(out, name, item.name))
-            run_dir.rmdir()
-        if code == 124:
-            return 124
-    return 0
-
-
-def run_papers(name: str, rounds: int, out: str, limit_s: float) -> int:
-    """The paper-scale sweep itself, in the given configuration (MPS started for it where it needs it)."""
-    needs_mps = CONFIGS[name][3]
-    if needs_mps and not start_mps():
-        name, needs_mps = name.replace("_mps", "") if name != "mps" else "base", False
-        print(f"papers: without MPS, as {name}", flush=True)
-    command = [sys.executable, "-m", "emulator", "sweep", SCENARIO, "--quiet", "--set", f"rounds={rounds}",
-               "--set", "output.tensorboard=false", *sweep_args(name), "--out", out]
-    print(f"papers: {name}: {' '.join(command[2:])}", flush=True)
-    try:
-        return subprocess.run(command, timeout=limit_s).returncode
-    except subprocess.TimeoutExpired:
-        print(f"papers: stopped after {limit_s:.0f} s", flush=True)
-        return 124
-    finally:
-        if needs_mps:
-            stop_mps()
-
-
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=10, help="rounds per run (>= 4; the last is excluded)")
     parser.add_argument("--configs", nargs="+", default=["base", "vec", "mps", "vec_mps"], choices=list(CONFIGS))
     parser.add_argument("--limit", type=float, default=150, help="seconds one configuration may take")
     parser.add_argument("--best", help="write the fastest configuration's name here")
-    parser.add_argument("--papers", metavar="OUT", help="instead of probing, run the sweep into OUT in the "
-                        "configuration --config (a name, or a file --best wrote) for --rounds rounds")
-    parser.add_argument("--config", default="one")
-    parser.add_argument("--done", help="with --config one: skip the runs finished under DIR (results/gpu)")
     args = parser.parse_args(argv)
-    if args.papers:
-        name = Path(args.config).read_text().strip() if Path(args.config).is_file() else args.config
-        if name == "one":
-            return run_papers_one_by_one(args.rounds, args.papers, args.limit, args.done)
-        return run_papers(name, args.rounds, args.papers, args.limit)
     rows = []
     print("| config | runs | s / round / run | rounds / s (all runs) | 12 x 1000 rounds (min) | probe wall (s) | error |")
     print("|---|---|---|---|---|---|---|", flush=True)
