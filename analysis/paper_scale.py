@@ -24,7 +24,7 @@ PAPER = {("0.1", "uniform", "fedavg"): 86.85, ("0.1", "beta", "fedavg"): 79.89} 
 
 @dataclass(frozen=True)
 class Run:
-    source: str  # "emulator" or "plain loop"
+    source: str  # "emulator", "plain loop", or the plain loop on an emulator run's split and cohorts
     alpha: str
     participation: str  # uniform or beta
     algorithm: str  # fedavg, fast q=0.5, fedavg (Adam kept)
@@ -67,7 +67,8 @@ def reference_run(folder: Path, through: int | None = None) -> Run | None:
         return None
     settings = summary["settings"]
     name = "fedavg" if settings.get("adam", "fresh") == "fresh" else "fedavg (Adam kept)"
-    return Run("plain loop", f"{settings['alpha']:g}", settings["participation"], name, int(settings["seed"]), accuracy)
+    source = "plain loop" if not settings.get("setup") else "plain loop, the emulator's split and cohorts"
+    return Run(source, f"{settings['alpha']:g}", settings["participation"], name, int(settings["seed"]), accuracy)
 
 
 def collect(results: Path, through: int | None = None) -> list[Run]:

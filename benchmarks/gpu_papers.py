@@ -8,8 +8,10 @@ instead of taking turns. The list is ordered so that a stretch of device time fi
 1. FAST Table 2, Fashion-MNIST alpha = 0.1: uniform and Beta(1, 10) participation x FedAvg (q = 0) and
    FAST q = 0.5, 1000 rounds (`scenarios/papers/fast_fmnist.yaml`), with the plain loop's FedAvg
    (uniform and Beta) beside them, seed by seed;
-2. alpha = 0.05: uniform and Beta FedAvg, then the plain loop's;
-3. the plain loop with each client's Adam state kept between its rounds (seed 0), a setup question.
+2. the plain loop on the emulator's own split and cohorts (results/setups/, benchmarks/emulator_setup.py),
+   Beta FedAvg first: what is left to differ is the training code;
+3. alpha = 0.05: uniform and Beta FedAvg, then the plain loop's;
+4. the plain loop with each client's Adam state kept between its rounds (seed 0), a setup question.
 
 Runs `--done` already holds finished are skipped, so the next stretch goes on with the rest. A run is not
 started when less time is left than runs of its kind have taken; at `--limit` seconds the ones still going
@@ -68,6 +70,18 @@ def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int) -> 
             for run in planned]
 
 
+def same_setup_jobs(setups: Path = Path("results/setups")) -> list[Job]:
+    """The plain loop on each emulator run's split and cohorts that results/setups/ holds, Beta's first."""
+    files = sorted(setups.glob("fast-fmnist-*.npz"), key=lambda f: ("uniform" in f.name, f.name))
+    jobs = []
+    for file in files:
+        who = "beta" if "beta" in file.name else "uniform"
+        seed = file.stem.rsplit("seed", 1)[1]
+        jobs.append(Job(f"reference-fedavg-alpha0.1-{who}-emulator_setup-seed{seed}", "reference",
+                        ["--setup", str(file), "--participation", who, "--seed", seed, "--rounds", str(ROUNDS)]))
+    return jobs
+
+
 def reference_jobs(alpha: float, participations: list[str], seeds: int, adam: str = "fresh") -> list[Job]:
     kept = "-adam_kept" if adam == "kept" else ""
     return [Job(f"reference-fedavg-alpha{alpha:g}-{who}{kept}-seed{seed}", "reference",
@@ -88,7 +102,8 @@ def plan() -> list[Job]:
     first = by_seed(fast + plain)
     sharper = by_seed(emulator_jobs("fast-fmnist-alpha0.05-fedavg", ["data.partition.alpha=0.05", "algorithm.q=0"],
                                     [selection], 3))
-    return first + sharper + reference_jobs(0.05, ["uniform", "beta"], 3) + reference_jobs(0.1, ["uniform", "beta"], 1, "kept")
+    return (first + same_setup_jobs() + sharper + reference_jobs(0.05, ["uniform", "beta"], 3)
+            + reference_jobs(0.1, ["uniform", "beta"], 1, "kept"))
 
 
 def finished(done: str | None) -> set[str]:

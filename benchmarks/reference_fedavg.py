@@ -17,6 +17,10 @@ apart, as the emulator's scenario evaluates, and the last 5 rounds back to back.
     python benchmarks/reference_fedavg.py --participation beta --seed 1 --out runs/reference/beta-seed1
     python benchmarks/reference_fedavg.py --rounds 3 --device cpu --out /tmp/ref   # a smoke run
 
+`--setup FILE` (benchmarks/emulator_setup.py writes one from an emulator run) trains on that run's own split
+and cohorts instead of drawing its own: the plain loop and the emulator then differ in the training code
+alone.
+
 Writes OUT/metrics.csv (round, test_acc, test_loss, wall_time_s at each evaluation) and OUT/summary.json
 (status completed or unfinished, the settings, the metrics below); `--deadline S` stops after S seconds with
 status unfinished, keeping what it evaluated.
@@ -149,6 +153,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--adam", choices=["fresh", "kept"], default="fresh",
                         help="fresh: a new Adam each round (the emulator's); kept: each client's Adam state kept "
                              "between its rounds")
+    parser.add_argument("--setup", type=Path, default=None,
+                        help="an emulator run's split and cohorts (benchmarks/emulator_setup.py) instead of our own")
     parser.add_argument("--eval-every", type=int, default=10)
     parser.add_argument("--dense-from", type=int, default=901, help="also evaluate every round from this one on")
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -161,7 +167,15 @@ def main(argv: list[str] | None = None) -> int:
     train_x, train_y, test_x, test_y = (read_idx(root, name) for name in FILES)
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
-    shares = dirichlet_balanced(train_y, args.clients, args.alpha, rng)
+    if args.setup is None:
+        shares = dirichlet_balanced(train_y, args.clients, args.alpha, rng)
+        cohorts = None
+    else:
+        setup = np.load(args.setup)
+        offsets, indices, cohorts = setup["offsets"], setup["indices"], setup["cohorts"]
+        shares = [indices[offsets[c]:offsets[c + 1]].astype(np.int64) for c in range(len(offsets) - 1)]
+        if len(cohorts) < args.rounds:
+            raise SystemExit(f"--setup {args.setup}: cohorts for {len(cohorts)} rounds, but --rounds is {args.rounds}")
 
     def tensor(images):
         return ((torch.tensor(images, dtype=torch.float32) / 255 - MEAN) / STD).unsqueeze(1).to(device)
@@ -186,7 +200,9 @@ def main(argv: list[str] | None = None) -> int:
                 status = "unfinished"
                 break
             total = [torch.zeros_like(p) for p in global_params]
-            for client in choose(args.participation, args.clients, args.per_round, rng):
+            chosen = choose(args.participation, len(shares), args.per_round, rng) if cohorts is None else \
+                [int(c) for c in cohorts[rnd - 1] if c >= 0]
+            for client in chosen:
                 with torch.no_grad():
                     for p, g in zip(model.parameters(), global_params):
                         p.copy_(g)
@@ -206,7 +222,7 @@ def main(argv: list[str] | None = None) -> int:
                 with torch.no_grad():
                     for t, p in zip(total, model.parameters()):
                         t += p
-            global_params = [t / args.per_round for t in total]
+            global_params = [t / len(chosen) for t in total] if chosen else global_params
             if rnd % args.eval_every == 0 or rnd >= args.dense_from or rnd == args.rounds:
                 with torch.no_grad():
                     for p, g in zip(model.parameters(), global_params):

@@ -114,7 +114,10 @@ def test_the_plan_puts_every_alpha_01_cell_of_a_seed_before_the_next_seed_and_sk
     assert {j.name.rsplit("seed", 1)[1] for j in first[:6]} == {"0"}  # 4 emulator cells + 2 plain-loop cells
     assert sum(j.kind == "reference" for j in first) == 6 and sum(j.kind == "emulator" for j in first) == 12
     assert "fast-fmnist-selection_kind_beta_a_1_b_10-q_0.5-seed2" in {j.name for j in first}
-    assert all("alpha0.05" in j.name for j in jobs[18:24])
+    same = papers.same_setup_jobs()  # the plain loop on each emulator split and cohorts results/setups/ holds
+    assert [j.name for j in jobs[18:18 + len(same)]] == [j.name for j in same]
+    assert [("beta" in j.name) for j in same] == sorted(("beta" in j.name for j in same), reverse=True)
+    assert all("alpha0.05" in j.name for j in jobs[18 + len(same):24 + len(same)])
     seed0 = next(j for j in jobs if j.name == "fast-fmnist-selection_kind_uniform-q_0-seed0")
     assert {"rounds=1000", "seed=0", "algorithm.q=0"} <= set(seed0.args)
     done = tmp_path / "2026-01-01-h200" / seed0.name
@@ -195,3 +198,51 @@ def test_filing_puts_finished_and_stopped_runs_apart(tmp_path, monkeypatch):
     assert (tmp_path / "results/gpu/day-h200-unfinished/fast-fmnist-y-seed0/metrics.csv").exists()
     assert (tmp_path / "results/gpu-reference/day-h200/reference-fedavg-alpha0.1-uniform-seed0/summary.json").exists()
     assert (tmp_path / "results/gpu/day-h200/jobs.csv").exists()
+
+
+# ------------------------------------------------------------------- the plain loop on an emulator's setup
+def test_the_plain_loop_trains_exactly_the_cohorts_a_setup_gives(tiny_fmnist, tmp_path):
+    offsets = np.array([0, 60, 120, 180, 240])
+    indices = np.random.default_rng(1).permutation(240).astype(np.int32)
+    args = ["--data", str(tiny_fmnist), "--device", "cpu", "--steps", "2", "--batch", "16", "--eval-every", "1",
+            "--rounds", "3"]
+    nobody = tmp_path / "nobody.npz"
+    np.savez(nobody, offsets=offsets, indices=indices, cohorts=np.full((3, 2), -1))
+    assert reference.main(args + ["--setup", str(nobody), "--out", str(tmp_path / "nobody")]) == 0
+    untouched = {r["test_acc"] for r in csv.DictReader((tmp_path / "nobody" / "metrics.csv").open())}
+    assert len(untouched) == 1  # no client reported: the model never moved
+    some = tmp_path / "some.npz"
+    np.savez(some, offsets=offsets, indices=indices, cohorts=np.array([[0, 3], [1, -1], [2, 3]]))
+    assert reference.main(args + ["--setup", str(some), "--out", str(tmp_path / "some")]) == 0
+    trained = [r["test_loss"] for r in csv.DictReader((tmp_path / "some" / "metrics.csv").open())]
+    assert len(set(trained)) == 3
+    with pytest.raises(SystemExit, match="cohorts for 3 rounds, but --rounds is 4"):
+        reference.main(args[:-1] + ["4", "--setup", str(some), "--out", str(tmp_path / "long")])
+
+
+def test_an_emulator_runs_setup_is_its_split_and_cohorts_and_a_replay_that_differs_is_refused(tmp_path):
+    from conftest import small_scenario
+    from emulator.data import build_federation
+    from emulator.driver import run_scenario
+    from emulator.parts import validate_scenario
+
+    exporter = load("benchmarks/emulator_setup.py")
+    scenario = validate_scenario(small_scenario(rounds=3, **{"system.events": True}))
+    run_scenario(scenario, tmp_path / "run")
+    assert exporter.main([str(tmp_path / "run"), "--out", str(tmp_path / "setup.npz")]) == 0
+    setup = np.load(tmp_path / "setup.npz")
+    federation = build_federation(scenario.data, scenario.population.devices, scenario.seed)
+    assert np.array_equal(setup["offsets"], federation.device_offsets)
+    assert np.array_equal(setup["indices"], federation.device_indices)
+    events = list(csv.DictReader((tmp_path / "run" / "events.csv").open()))
+    for r in (1, 2, 3):  # the replayed cohorts are the run's own reports
+        theirs = sorted(int(e["device"]) for e in events if e["event"] == "reported" and int(e["round"]) == r)
+        assert sorted(int(d) for d in setup["cohorts"][r - 1] if d >= 0) == theirs
+    metrics = (tmp_path / "run" / "metrics.csv").read_text().splitlines()
+    header = metrics[0].split(",").index("label_tv")
+    cells = metrics[2].split(",")
+    cells[header] = "0.999"
+    (tmp_path / "run" / "metrics.csv").write_text("\n".join([*metrics[:2], ",".join(cells), *metrics[3:]]) + "\n")
+    with pytest.raises(SystemExit, match="label mix differs from round 2"):
+        exporter.main([str(tmp_path / "run"), "--out", str(tmp_path / "refused.npz")])
+    assert not (tmp_path / "refused.npz").exists()
