@@ -54,16 +54,22 @@ def warm_env(tmp_path, monkeypatch):
     warm.down()  # whatever the test did, the instance goes
 
 
-def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp_path, warm_env):
+def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_not_used_by_other_code(
+        tmp_path, warm_env):
+    """One instance for the promises that need one: runs on it are bit-identical to cold and leave nothing
+    in its runners; once its code differs from the run's (a source file edited after `up`), its actors are
+    not used, nor do they keep the CPUs the run's own runners need (as many as the machine's cores, which
+    the warm runners hold); `down` frees it all."""
     for seed in (1, 2):
         (tmp_path / f"s{seed}.yaml").write_text(json.dumps(small_scenario(seed=seed, **{"runtime.runners": 1, "runtime.backend": "ray"})))
     # the cold reference in this process (the in-process backend gives a Ray run's metrics bit for bit,
     # test_inline.py); the run after `down` below is a cold Ray run of its own
     run_scenario(validate_scenario(small_scenario(seed=1, **{"runtime.runners": 1})), tmp_path / "cold")
 
-    up = _cli(["up", "--runners", "1"], warm_env, tmp_path)
+    up = _cli(["up"], warm_env, tmp_path)  # as many runners as cores
     assert "warm instance up at" in up.stdout
-    instance = json.loads((tmp_path / "warm.json").read_text())
+    state = tmp_path / "warm.json"
+    instance = json.loads(state.read_text())
     before = _runners(instance["address"], warm_env)
     assert len(before) == 1 and before[0][1] == []
 
@@ -80,25 +86,18 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_and_keeps_nothing(tmp
     assert [pid for pid, _ in after] == [pid for pid, _ in before]  # the same runner process served every run
     assert after[0][1] == []  # and holds nothing of them
 
-    down = _cli(["down"], warm_env, tmp_path)
-    assert "stopped the warm instance at" in down.stdout
-    assert not (tmp_path / "warm.json").exists()
-    assert not warm.alive(instance["pid"])  # a later run finds no instance (the state file is gone) and starts cold
-
-
-def test_warm_actors_running_other_code_are_not_used(tmp_path, warm_env):
-    """Nor do they keep the CPUs the run's own runners need (two here: as many as the machine's cores, which
-    the warm runners held)."""
     raw = small_scenario(rounds=2, **{"runtime.backend": "ray", "runtime.runners": os.cpu_count()})
     (tmp_path / "s.yaml").write_text(json.dumps(raw))
-    _cli(["up"], warm_env, tmp_path)
-    state = tmp_path / "warm.json"
-    record = json.loads(state.read_text())
-    state.write_text(json.dumps({**record, "code": "edited-since"}))  # as if a source file changed after `up`
+    state.write_text(json.dumps({**instance, "code": "edited-since"}))  # as if a source file changed after `up`
     done = _cli(["run", "s.yaml", "--out", "run", "--quiet"], warm_env, tmp_path)
     assert "the warm instance's actors run other code" in done.stderr
     assert "runner" not in done.stderr.split("refreshes the warm ones)")[1]  # no warning of waiting for resources
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["status"] == "completed"
+
+    down = _cli(["down"], warm_env, tmp_path)
+    assert "stopped the warm instance at" in down.stdout
+    assert not state.exists()
+    assert not warm.alive(instance["pid"])  # a later run finds no instance (the state file is gone) and starts cold
 
 
 def test_a_stale_state_file_is_ignored_and_removed(tmp_path, monkeypatch):
