@@ -122,6 +122,8 @@ def command(job: Job, out: Path, cpu: bool = False) -> list[str]:
 
 
 def start_mps() -> bool:
+    """Start the MPS control daemon (its pipe named in this process's environment, which the runs inherit);
+    False, saying why, where the machine has none or refuses."""
     if shutil.which("nvidia-cuda-mps-control") is None:
         print("mps: not installed here; runs take turns on the card", flush=True)
         return False
@@ -140,6 +142,9 @@ def start_mps() -> bool:
 
 def stop_mps() -> None:
     subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, capture_output=True)
+    for key in MPS_ENV:
+        os.environ.pop(key, None)
+    time.sleep(1)
 
 
 def flatten(run_root: Path) -> None:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from gpu_papers import start_mps, stop_mps  # benchmarks/ is on the path when a script here runs
 
 SCENARIO = "scenarios/papers/fast_fmnist.yaml"
 GRID = ["--grid", "algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}", "--grid", "algorithm.q=0,0.5"]
@@ -47,7 +48,6 @@ CONFIGS = {  # name: (parallel, num_gpus per runner, extra --set values, needs M
     "four": (4, 0.25, [], False),
     "four_vec": (4, 0.25, ["runtime.vectorise=true", "runtime.group_size=10"], False),
 }
-MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
 
 
 def sweep_args(name: str) -> list[str]:
@@ -58,28 +58,6 @@ def sweep_args(name: str) -> list[str]:
     for value in sets:
         args += ["--set", value]
     return args
-
-
-def start_mps() -> bool:
-    """Start the MPS control daemon; False (and why, printed) where the machine has none or refuses."""
-    if shutil.which("nvidia-cuda-mps-control") is None:
-        print("mps: nvidia-cuda-mps-control is not installed here", flush=True)
-        return False
-    for path in MPS_ENV.values():
-        Path(path).mkdir(parents=True, exist_ok=True)
-    os.environ.update(MPS_ENV)
-    done = subprocess.run(["nvidia-cuda-mps-control", "-d"], capture_output=True, text=True)
-    if done.returncode != 0:
-        print(f"mps: the daemon did not start: {done.stderr.strip() or done.stdout.strip()}", flush=True)
-        return False
-    return True
-
-
-def stop_mps() -> None:
-    subprocess.run(["nvidia-cuda-mps-control"], input="quit\n", text=True, capture_output=True)
-    for key in MPS_ENV:
-        os.environ.pop(key, None)
-    time.sleep(1)
 
 
 def seconds_per_round(run_dir: Path) -> float | None:
