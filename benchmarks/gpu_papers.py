@@ -41,7 +41,6 @@ from pathlib import Path
 
 SCENARIO = "scenarios/papers/fast_fmnist.yaml"
 REFERENCE = "benchmarks/reference_fedavg.py"
-ROUNDS = 1000
 MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
 # the least a 1000-round run took on an H200 (4 at once; 12 at once took 525 s and 414 s): one is not started
 # with less time left, until runs of its kind have finished here and say how long they take
@@ -60,17 +59,17 @@ class Job:
     process: subprocess.Popen | None = field(default=None, repr=False)
 
 
-def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int) -> list[Job]:
+def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int, rounds: int) -> list[Job]:
     """The runs of one sweep cell grid, named as `emulator sweep` names them (so committed runs and sweeps agree)."""
     from emulator.sweeps import parse_grid, plan_sweep
 
-    overrides = [f"rounds={ROUNDS}", *sets] + ([f"name={prefix}"] if prefix else [])
+    overrides = [f"rounds={rounds}", *sets] + ([f"name={prefix}"] if prefix else [])
     planned = plan_sweep(SCENARIO, overrides, parse_grid(grid), seeds, Path(tempfile.gettempdir()) / "papers-plan")
     return [Job(run.name, "emulator", overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"])
             for run in planned]
 
 
-def same_setup_jobs(setups: Path = Path("results/setups")) -> list[Job]:
+def same_setup_jobs(rounds: int, setups: Path = Path("results/setups")) -> list[Job]:
     """The plain loop on each emulator run's split and cohorts that results/setups/ holds, Beta's first."""
     files = sorted(setups.glob("fast-fmnist-*.npz"), key=lambda f: ("uniform" in f.name, f.name))
     jobs = []
@@ -78,15 +77,15 @@ def same_setup_jobs(setups: Path = Path("results/setups")) -> list[Job]:
         who = "beta" if "beta" in file.name else "uniform"
         seed = file.stem.rsplit("seed", 1)[1]
         jobs.append(Job(f"reference-fedavg-alpha0.1-{who}-emulator_setup-seed{seed}", "reference",
-                        ["--setup", str(file), "--participation", who, "--seed", seed, "--rounds", str(ROUNDS)]))
+                        ["--setup", str(file), "--participation", who, "--seed", seed, "--rounds", str(rounds)]))
     return jobs
 
 
-def reference_jobs(alpha: float, participations: list[str], seeds: int, adam: str = "fresh") -> list[Job]:
+def reference_jobs(alpha: float, participations: list[str], seeds: int, rounds: int, adam: str = "fresh") -> list[Job]:
     kept = "-adam_kept" if adam == "kept" else ""
     return [Job(f"reference-fedavg-alpha{alpha:g}-{who}{kept}-seed{seed}", "reference",
                 ["--alpha", str(alpha), "--participation", who, "--seed", str(seed), "--adam", adam,
-                 "--rounds", str(ROUNDS)])
+                 "--rounds", str(rounds)])
             for seed in range(seeds) for who in participations]
 
 
@@ -94,16 +93,16 @@ def by_seed(jobs: list[Job]) -> list[Job]:
     return sorted(jobs, key=lambda job: (int(job.name.rsplit("seed", 1)[1]), jobs.index(job)))
 
 
-def plan() -> list[Job]:
+def plan(rounds: int = 1000) -> list[Job]:
     """Every run in the order a stretch of device time should take them."""
     selection = "algorithm.selection={kind: uniform},{kind: beta, a: 1, b: 10}"
-    fast = emulator_jobs("", [], [selection, "algorithm.q=0,0.5"], 3)
-    plain = reference_jobs(0.1, ["uniform", "beta"], 3)
+    fast = emulator_jobs("", [], [selection, "algorithm.q=0,0.5"], 3, rounds)
+    plain = reference_jobs(0.1, ["uniform", "beta"], 3, rounds)
     first = by_seed(fast + plain)
     sharper = by_seed(emulator_jobs("fast-fmnist-alpha0.05-fedavg", ["data.partition.alpha=0.05", "algorithm.q=0"],
-                                    [selection], 3))
-    return (first + same_setup_jobs() + sharper + reference_jobs(0.05, ["uniform", "beta"], 3)
-            + reference_jobs(0.1, ["uniform", "beta"], 1, "kept"))
+                                    [selection], 3, rounds))
+    return (first + same_setup_jobs(rounds) + sharper + reference_jobs(0.05, ["uniform", "beta"], 3, rounds)
+            + reference_jobs(0.1, ["uniform", "beta"], 1, rounds, "kept"))
 
 
 def finished(done: str | None) -> set[str]:
@@ -168,34 +167,11 @@ def launch(job: Job, out: Path, logs: Path, cpu: bool) -> None:
                                    stderr=subprocess.STDOUT, start_new_session=True)
 
 
-def main(argv=None) -> int:
-    global ROUNDS
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--limit", type=float, default=550, help="seconds for all of it")
-    parser.add_argument("--parallel", type=int, default=12)
-    parser.add_argument("--done", help="skip runs finished under DIR/<session>/<run>/ (results/gpu, results/gpu-reference)",
-                        action="append", default=[])
-    parser.add_argument("--only", nargs="*", help="run only the jobs whose names start with one of these")
-    parser.add_argument("--rounds", type=int, default=1000, help="rounds per run (a smoke test: 3)")
-    parser.add_argument("--cpu", action="store_true", help="train on the CPU (a smoke test of the script)")
-    parser.add_argument("--list", action="store_true", help="print the plan and stop")
-    args = parser.parse_args(argv)
-    ROUNDS = args.rounds
-    deadline = time.time() + args.limit
-    skip = set().union(*(finished(d) for d in args.done)) if args.done else set()
-    todo = [j for j in plan() if j.name not in skip and (not args.only or j.name.startswith(tuple(args.only)))]
-    print(f"plan: {len(todo)} runs to do, {len(skip)} finished already; {args.parallel} at once", flush=True)
-    if args.list:
-        for job in todo:
-            print(f"  {job.kind:9s} {job.name}")
-        return 0
-    logs = args.out / "logs"
+def run_all(todo: list[Job], out: Path, limit: float, parallel: int, rounds: int, cpu: bool) -> list[Job]:
+    """Up to `parallel` runs at a time until `limit` seconds have passed; the runs started, as they ended."""
+    deadline = time.time() + limit
+    logs = out / "logs"
     logs.mkdir(parents=True, exist_ok=True)
-    mps = start_mps()
-    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,memory.used,power.draw",
-                            "--format=csv,noheader", "-l", "5"], stdout=(args.out / "nvidia-smi.csv").open("w"),
-                           stderr=subprocess.DEVNULL) if shutil.which("nvidia-smi") else None
     running: list[Job] = []
     done: list[Job] = []
     waiting = list(todo)
@@ -214,38 +190,70 @@ def main(argv=None) -> int:
             print(f"limit reached: stopping {len(running)} runs, {len(waiting)} not started", flush=True)
             for job in running:
                 job.process.terminate()
-        while not stopping and waiting and len(running) < args.parallel:
-            job = waiting[0]
+        while not stopping and waiting and len(running) < parallel:
+            job = waiting.pop(0)
             took = [j.ended - j.started for j in done if j.kind == job.kind and j.code == 0]
-            need = max(took) * 1.05 if took else LEAST_S[job.kind] * ROUNDS / 1000
-            if left < need:  # it would not finish: leave it for the next stretch
-                waiting.pop(0)
+            if left < (max(took) * 1.05 if took else LEAST_S[job.kind] * rounds / 1000):
+                print(f"{job.name}: left for the next stretch ({left:.0f} s left)", flush=True)
                 continue
-            waiting.pop(0)
-            launch(job, args.out, logs, args.cpu)
+            launch(job, out, logs, cpu)
             running.append(job)
             time.sleep(1.0)  # a staggered start: fewer processes importing torch at one instant
         if stopping and running and time.time() > deadline + 20:
             for job in running:
                 job.process.kill()
         time.sleep(1.0)
-    if smi:
-        smi.terminate()
-    if mps:
-        stop_mps()
-    with (args.out / "jobs.csv").open("w", newline="") as handle:
+    return done
+
+
+def write_jobs(done: list[Job], out: Path) -> None:
+    """jobs.csv: each started run's start, end, exit code and rounds (an emulator run's folder flattened)."""
+    with (out / "jobs.csv").open("w", newline="") as handle:
         writer = csv.writer(handle)
         writer.writerow(["name", "kind", "started_s", "ended_s", "exit", "rounds"])
         t0 = min((j.started for j in done), default=0)
         for job in done:
-            root = args.out / "runs" / job.name
+            root = out / "runs" / job.name
             if job.kind == "emulator":
                 flatten(root)
             writer.writerow([job.name, job.kind, round(job.started - t0, 1), round(job.ended - t0, 1), job.code,
                              rounds_done(root)])
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--limit", type=float, default=550, help="seconds for all of it")
+    parser.add_argument("--parallel", type=int, default=12)
+    parser.add_argument("--done", help="skip runs finished under DIR/<session>/<run>/ (results/gpu, results/gpu-reference)",
+                        action="append", default=[])
+    parser.add_argument("--only", nargs="*", help="run only the jobs whose names start with one of these")
+    parser.add_argument("--rounds", type=int, default=1000, help="rounds per run (a smoke test: 3)")
+    parser.add_argument("--cpu", action="store_true", help="train on the CPU (a smoke test of the script)")
+    parser.add_argument("--list", action="store_true", help="print the plan and stop")
+    args = parser.parse_args(argv)
+    skip = set().union(*(finished(d) for d in args.done)) if args.done else set()
+    todo = [j for j in plan(args.rounds) if j.name not in skip and (not args.only or j.name.startswith(tuple(args.only)))]
+    print(f"plan: {len(todo)} runs to do, {len(skip)} finished already; {args.parallel} at once", flush=True)
+    if args.list:
+        for job in todo:
+            print(f"  {job.kind:9s} {job.name}")
+        return 0
+    args.out.mkdir(parents=True, exist_ok=True)
+    mps = start_mps()
+    smi = subprocess.Popen(["nvidia-smi", "--query-gpu=timestamp,utilization.gpu,memory.used,power.draw",
+                            "--format=csv,noheader", "-l", "5"], stdout=(args.out / "nvidia-smi.csv").open("w"),
+                           stderr=subprocess.DEVNULL) if shutil.which("nvidia-smi") else None
+    try:
+        done = run_all(todo, args.out, args.limit, args.parallel, args.rounds, args.cpu)
+    finally:
+        if smi:
+            smi.terminate()
+        if mps:
+            stop_mps()
+    write_jobs(done, args.out)
     shutil.rmtree(args.out / ".cache", ignore_errors=True)
-    finished_now = [j for j in done if j.code == 0]
-    print(f"{len(finished_now)} of {len(done)} started runs finished; {len(waiting)} not started", flush=True)
+    print(f"{sum(j.code == 0 for j in done)} of {len(done)} started runs finished, of {len(todo)} to do", flush=True)
     return 0
 
 

@@ -114,7 +114,7 @@ def test_the_plan_puts_every_alpha_01_cell_of_a_seed_before_the_next_seed_and_sk
     assert {j.name.rsplit("seed", 1)[1] for j in first[:6]} == {"0"}  # 4 emulator cells + 2 plain-loop cells
     assert sum(j.kind == "reference" for j in first) == 6 and sum(j.kind == "emulator" for j in first) == 12
     assert "fast-fmnist-selection_kind_beta_a_1_b_10-q_0.5-seed2" in {j.name for j in first}
-    same = papers.same_setup_jobs()  # the plain loop on each emulator split and cohorts results/setups/ holds
+    same = papers.same_setup_jobs(1000)  # the plain loop on each emulator split and cohorts results/setups/ holds
     assert [j.name for j in jobs[18:18 + len(same)]] == [j.name for j in same]
     assert [("beta" in j.name) for j in same] == sorted(("beta" in j.name for j in same), reverse=True)
     assert all("alpha0.05" in j.name for j in jobs[18 + len(same):24 + len(same)])
@@ -246,3 +246,9 @@ def test_an_emulator_runs_setup_is_its_split_and_cohorts_and_a_replay_that_diffe
     with pytest.raises(SystemExit, match="label mix differs from round 2"):
         exporter.main([str(tmp_path / "run"), "--out", str(tmp_path / "refused.npz")])
     assert not (tmp_path / "refused.npz").exists()
+
+
+def test_a_run_that_could_not_finish_in_the_time_left_is_not_started(tmp_path, capsys):
+    job = next(j for j in papers.plan(1000) if j.kind == "reference")
+    assert papers.run_all([job], tmp_path, limit=60, parallel=2, rounds=1000, cpu=True) == []  # needs 300 s
+    assert f"{job.name}: left for the next stretch" in capsys.readouterr().out
