@@ -318,8 +318,8 @@ def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners
     with the package in the driver's working directory (which Ray hands on to workers); a run's four
     runners spread over both nodes give the metrics of a run in one process; and with data.store: disk the
     runners on both nodes read the data from its files, so Ray's memory summary finds the object store
-    holding an eighth or less of what the same run from memory puts there (the data: over 200 MiB at 10,000 devices, against 5-13 MiB from disk), with the
-    same metrics."""
+    holding an eighth or less of what the same run from memory puts there (the data: over 200 MiB at 10,000
+    devices, against 5-13 MiB from disk), with the same metrics."""
     imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
     with open(lab / "fedlab" / "__init__.py", "a") as init:
         init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
