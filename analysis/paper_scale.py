@@ -105,9 +105,15 @@ def table(runs: list[Run], rounds: int = 1000) -> list[str]:
     for run in runs:
         cells.setdefault((run.alpha, run.participation, run.algorithm, run.source), []).append(run)
     lines = ["| alpha | participation | algorithm | source | seeds | last 5 evaluations (every 10) | last 5 rounds "
-             f"back to back | mean over rounds 201-{rounds} | best | paper |", "|---|---|---|---|---|---|---|---|---|---|"]
+             f"back to back | mean over rounds 201-{rounds} | best | paper |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
     order = {"uniform": 0, "beta": 1}
-    for key in sorted(cells, key=lambda k: (-float(k[0]), order.get(k[1], 2), not k[2].startswith("fedavg"), k[2], k[3] != "emulator")):
+
+    def place(key):  # alpha high to low, uniform before Beta, FedAvg first, the emulator before the plain loop
+        alpha, who, algorithm, source = key
+        return -float(alpha), order.get(who, 2), not algorithm.startswith("fedavg"), algorithm, source != "emulator"
+
+    for key in sorted(cells, key=place):
         alpha, who, algorithm, source = key
         measured = [metrics(run, rounds) for run in sorted(cells[key], key=lambda r: r.seed)]
         seeds = ",".join(str(r.seed) for r in sorted(cells[key], key=lambda r: r.seed))

@@ -16,8 +16,8 @@ instead of taking turns. The list is ordered so that a stretch of device time fi
 Runs `--done` already holds finished are skipped, so the next stretch goes on with the rest. A run is not
 started when less time is left than runs of its kind have taken; at `--limit` seconds the ones still going
 are stopped (an emulator run ends after its round, keeping its files) and kept as unfinished.
-Measured on an H200 (docs/gpu.md, "Many runs on one GPU"): 12 at once, an emulator run takes 525 s and a
-plain-loop run 414 s, so a limit of 550 s finishes a whole first wave.
+Measured on an H200 (docs/gpu.md, "Many runs on one GPU"): 12 at once, an emulator run goes at 1.9 rounds a
+second (~525 s for 1000) and a plain-loop run took 414 s, so a limit of 550 s finishes a whole first wave.
 
     python benchmarks/gpu_papers.py --out OUT --limit 550 --done results/gpu --done results/gpu-reference
     python benchmarks/gpu_papers.py --out /tmp/p --list      # the plan, nothing run
@@ -42,8 +42,8 @@ from pathlib import Path
 SCENARIO = "scenarios/papers/fast_fmnist.yaml"
 REFERENCE = "benchmarks/reference_fedavg.py"
 MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
-# the least a 1000-round run took on an H200 (4 at once; 12 at once took 525 s and 414 s): one is not started
-# with less time left, until runs of its kind have finished here and say how long they take
+# about the least a 1000-round run takes on an H200 (4 at once, from their rate; 12 at once: ~525 s and 414 s):
+# one is not started with less time left, until runs of its kind have finished here and say how long they take
 LEAST_S = {"emulator": 360.0, "reference": 300.0}
 IN_PROCESS = ["runtime.backend=inline", "runtime.num_gpus=1", "runtime.torch_threads=1", "output.tensorboard=false"]
 
@@ -163,7 +163,8 @@ def launch(job: Job, out: Path, logs: Path, cpu: bool) -> None:
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1",
                EMULATOR_DATA_CACHE=str(out / ".cache"))  # a cache of its own: no two runs write one folder
     job.started = time.time()
-    job.process = subprocess.Popen(command(job, out / "runs" / job.name, cpu), env=env, stdout=(logs / f"{job.name}.log").open("w"),
+    log = (logs / f"{job.name}.log").open("w")
+    job.process = subprocess.Popen(command(job, out / "runs" / job.name, cpu), env=env, stdout=log,
                                    stderr=subprocess.STDOUT, start_new_session=True)
 
 
@@ -225,15 +226,16 @@ def main(argv=None) -> int:
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--limit", type=float, default=550, help="seconds for all of it")
     parser.add_argument("--parallel", type=int, default=12)
-    parser.add_argument("--done", help="skip runs finished under DIR/<session>/<run>/ (results/gpu, results/gpu-reference)",
-                        action="append", default=[])
+    parser.add_argument("--done", action="append", default=[],
+                        help="skip runs finished under DIR/<session>/<run>/ (results/gpu, results/gpu-reference)")
     parser.add_argument("--only", nargs="*", help="run only the jobs whose names start with one of these")
     parser.add_argument("--rounds", type=int, default=1000, help="rounds per run (a smoke test: 3)")
     parser.add_argument("--cpu", action="store_true", help="train on the CPU (a smoke test of the script)")
     parser.add_argument("--list", action="store_true", help="print the plan and stop")
     args = parser.parse_args(argv)
     skip = set().union(*(finished(d) for d in args.done)) if args.done else set()
-    todo = [j for j in plan(args.rounds) if j.name not in skip and (not args.only or j.name.startswith(tuple(args.only)))]
+    wanted = tuple(args.only or ("",))  # every name starts with ""
+    todo = [j for j in plan(args.rounds) if j.name not in skip and j.name.startswith(wanted)]
     print(f"plan: {len(todo)} runs to do, {len(skip)} finished already; {args.parallel} at once", flush=True)
     if args.list:
         for job in todo:

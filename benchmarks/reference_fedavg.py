@@ -232,7 +232,8 @@ def main(argv: list[str] | None = None) -> int:
                 writer.writerow(row)
                 handle.flush()
                 rows.append(row)
-    summary = {"status": status, "rounds_completed": rows[-1]["round"] if rows else 0, "wall_time_s": time.time() - started,
+    summary = {"status": status, "rounds_completed": rows[-1]["round"] if rows else 0,
+               "wall_time_s": time.time() - started,
                "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
                "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in vars(args).items()},
                **summarise(rows, args.rounds)}
