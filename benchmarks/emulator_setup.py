@@ -18,17 +18,18 @@ of the IDX file), `cohorts` (rounds x clients a round; -1 pads a round with fewe
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import tempfile
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from emulator.analysis.files import read_events_table, read_metrics_table  # noqa: E402
 from emulator.data import build_federation  # noqa: E402  (the checkout's emulator, wherever this runs from)
 from emulator.parts import validate_scenario  # noqa: E402
 
@@ -37,16 +38,17 @@ REPLAY = {"model": "logreg", "algorithm.local_steps": 1, "algorithm.batch_size":
 
 
 def label_tv(run: Path) -> dict[int, float]:
-    return {int(r["round"]): float(r["label_tv"]) for r in csv.DictReader((run / "metrics.csv").open())
-            if r.get("label_tv") not in (None, "")}
+    """Each round's label mix (metrics.csv's label_tv), the file checked as a run writes it."""
+    table = read_metrics_table(run / "metrics.csv", cut_ok=True)
+    mixes = pd.to_numeric(table["label_tv"], errors="coerce")
+    return {int(r): float(v) for r, v in zip(table["round"], mixes) if pd.notna(v)}
 
 
 def reported(events: Path, rounds: int) -> np.ndarray:
     """Each round's reporting devices, in the order they reported (rounds x most a round; -1 pads)."""
-    by_round: dict[int, list[int]] = {}
-    for row in csv.DictReader(events.open()):
-        if row["event"] == "reported":
-            by_round.setdefault(int(row["round"]), []).append(int(row["device"]))
+    table = read_events_table(events)
+    reports = table[table["event"] == "reported"]
+    by_round = {int(r): [int(d) for d in group["device"]] for r, group in reports.groupby("round", sort=False)}
     width = max((len(v) for v in by_round.values()), default=0)
     cohorts = np.full((rounds, width), -1, dtype=np.int32)
     for r, devices in by_round.items():
