@@ -364,10 +364,10 @@ def _sweep(args) -> int:
     if out.exists() and any(out.iterdir()):
         raise ScenarioError(f"--out {out}: the directory is not empty; choose a new one")
     runs = plan_sweep(args.scenario, overrides, grid, args.seeds, out, args.plugins)
-    from emulator.analysis.figure_style import figure_formats
+    from emulator.analysis.figure_style import figure_formats, png_dpi
 
-    try:  # EMULATOR_FIGURE_FORMATS, which the sweep's report follows: refused now, not after the runs
-        figure_formats()
+    try:  # EMULATOR_FIGURE_FORMATS and _DPI, which the sweep's report follows: refused now, not after the runs
+        figure_formats(), png_dpi()
     except ValueError as exc:
         raise ScenarioError(str(exc)) from None
     console = Console(stderr=True)

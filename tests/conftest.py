@@ -21,6 +21,8 @@ os.environ["EMULATOR_DATA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="emulat
 # Figures as PNG only (a report in a third of the time), here and in every process the tests start; the tests
 # of PDF and SVG output (test_figures.py, test_bias.py) ask for them.
 os.environ["EMULATOR_FIGURE_FORMATS"] = "png"
+# and at screen resolution, 100 dpi (half a report's time again); test_figures.py checks the print default
+os.environ["EMULATOR_FIGURE_DPI"] = "100"
 
 # The test session is an entry point like the CLI: it registers the built-in parts (and installed plugins)
 # once, so tests that build a part by name, or parametrise over a registry, see them at collection.

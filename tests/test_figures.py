@@ -263,7 +263,8 @@ def _write_run(run: Run, path: Path) -> Path:
     return path
 
 
-def test_report_links_the_png_offers_pdf_and_svg_and_says_what_short_labels_stand_for(tmp_path):
+def test_report_links_the_png_offers_pdf_and_svg_and_says_what_short_labels_stand_for(tmp_path, monkeypatch):
+    monkeypatch.delenv("EMULATOR_FIGURE_DPI")  # the print resolution a user gets (the tests draw at 100 dpi)
     runs = [make_run("quickstart", 0, algorithm__client_lr=0.1), make_run("quickstart", 0, algorithm__client_lr=0.05),
             make_run(LONG, 0)]
     dirs = [_write_run(run, tmp_path / "runs" / str(i)) for i, run in enumerate(runs)]
@@ -325,3 +326,16 @@ def test_a_png_only_report_writes_and_offers_no_other_format(tmp_path, capsys):
     with pytest.raises(SystemExit) as refused:  # argparse's own exit, code 2
         main(["report", *map(str, dirs), "--out", str(tmp_path / "bad"), "--formats", "pdf"])
     assert refused.value.code == 2 and "includes png" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+
+
+def test_the_png_resolution_follows_emulator_figure_dpi_and_a_bad_one_is_refused_before_anything_is_drawn(
+        tmp_path, monkeypatch, capsys):
+    dirs = [_write_run(make_run("quickstart", 0), tmp_path / "runs" / "0")]
+    monkeypatch.setenv("EMULATOR_FIGURE_DPI", "120")
+    assert main(["report", *map(str, dirs), "--out", str(tmp_path / "r120"), "--figure-width", "one"]) == 0
+    width = matplotlib.image.imread(tmp_path / "r120" / "accuracy_vs_time.png").shape[1]
+    assert width == pytest.approx(3.3 * 120, rel=0.03)
+    for bad in ("high", "10", "72.5"):
+        monkeypatch.setenv("EMULATOR_FIGURE_DPI", bad)
+        assert main(["report", *map(str, dirs), "--out", str(tmp_path / "bad")]) == 2
+        assert "EMULATOR_FIGURE_DPI" in capsys.readouterr().err and not (tmp_path / "bad").exists()

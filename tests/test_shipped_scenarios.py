@@ -42,21 +42,25 @@ SCENARIOS = sorted((ROOT / "scenarios").rglob("*.yaml"))
 TEST_SAMPLES = 2000
 
 # Where two rounds of a scenario are mostly its devices' (or server's) local training, 25-50 s of a CNN's
-# steps on 2 cores, the test trains fewer steps: every code path the scenario takes is the same (its
-# algorithm, model, data, world, snapshot and server rounds), a round's work smaller. With TEST_SAMPLES
+# steps on 2 cores, the test trains fewer steps of smaller batches: every code path the scenario takes is the
+# same (its algorithm, model, data, world, snapshot and server rounds), a round's work smaller. With TEST_SAMPLES
 # these are the only settings changed besides `rounds`; population, data split and model stay as shipped.
 LIGHTER = {
     "cluster/population_100k.yaml": ["algorithm.clients_per_round=100"],  # 10^5 devices still split and simulated
     # 10^6 devices take two minutes to generate and write (benchmarks/scale.py runs them): the same world and
     # data path at 2 x 10^4
     "cluster/population_1m.yaml": ["population.devices=20000", "algorithm.clients_per_round=100"],
-    "papers/fast_fmnist.yaml": ["algorithm.local_steps=2"],
-    "papers/fast_fmnist_adaptive.yaml": ["algorithm.local_steps=2"],
-    "papers/fedavg_fmnist_acp.yaml": ["algorithm.local_steps=2"],
-    "papers/fast_cifar10.yaml": ["algorithm.local_steps=2"],
-    "papers/safari_cifar10.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=2"],
+    "fmnist_fedavg.yaml": ["algorithm.local_steps=2"],
+    "papers/fast_fmnist.yaml": ["algorithm.local_steps=2", "algorithm.batch_size=32"],
+    "papers/fast_fmnist_adaptive.yaml": ["algorithm.local_steps=2", "algorithm.batch_size=32"],
+    "papers/fedavg_fmnist_acp.yaml": ["algorithm.local_steps=2", "algorithm.batch_size=32"],
+    "papers/fast_cifar10.yaml": ["algorithm.local_steps=2", "algorithm.batch_size=16"],
+    "papers/fedavg_cifar10_acp.yaml": ["algorithm.local_steps=2", "algorithm.batch_size=16"],
+    "papers/safari_cifar10.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=2", "algorithm.batch_size=32",
+                                   "algorithm.server_batch_size=32"],
     "papers/fsl_cifar10_scenario1.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4",
                                           "algorithm.server_epochs=1"],
+    "papers/fsl_cifar10_scenario2.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4"],
     "papers/fsl_emnist_scenario1.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4",
                                          "algorithm.server_epochs=1"],
     "papers/fsl_emnist_scenario2.yaml": ["algorithm.local_epochs=null", "algorithm.local_steps=4"],
@@ -68,7 +72,6 @@ LIGHTER = {
 # `-m "not slow"` leaves them out while iterating.
 SLOW = {
     "cluster/population_100k.yaml",        # 10^5 devices: ~10 s to generate and split the data
-    "fmnist_fedavg.yaml",
 }
 # Scenarios whose two rounds train a CNN, an LSTM or a large population for seconds: `make test` checks their
 # fingerprints, `make test-fast` (the inner loop) leaves them to it; the light ones cover every algorithm there.
@@ -78,7 +81,7 @@ HEAVY = {
     "system/diurnal_dropout.yaml", "cluster/population_1m.yaml", "privacy/private_slow_tier.yaml",
     "papers/fast_shakespeare.yaml", "papers/fsl_cifar10_scenario1.yaml", "papers/fsl_cifar10_scenario2.yaml",
     "papers/fsl_emnist_scenario1.yaml", "papers/fedavg_two_sided_mnist.yaml", "system/stragglers_deadline.yaml",
-    "papers/fsl_emnist_scenario2.yaml",
+    "papers/fsl_emnist_scenario2.yaml", "fmnist_fedavg.yaml",
 }
 
 # Real file names, sample counts and classes of the datasets that are faked (see emulator/data/vision.py):

@@ -10,7 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from emulator.analysis import attack_plots, device_plots, plots
-from emulator.analysis.figure_style import FIGURE_FORMATS, figure_formats, writing_formats
+from emulator.analysis.figure_style import FIGURE_FORMATS, figure_formats, png_dpi, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, read_runs, select_runs
 from emulator.errors import expect
@@ -153,6 +153,7 @@ def write_report(run_paths, out: str | Path, target: float | None = None, last: 
     check_arguments(run_paths, out, target, last, title, figure_width, formats, notify)
     try:
         formats = formats if formats is not None else figure_formats()
+        png_dpi()
     except ValueError as exc:
         raise NotARunError(str(exc)) from None
     with writing_formats(formats):
