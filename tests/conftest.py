@@ -64,7 +64,7 @@ def _cost(item) -> float:
 # `ray`: the test starts Ray (it asks for the ray_session fixture, its `backend` parameter is "ray", its file
 # runs Ray or whole CLI processes throughout, or it says so itself: a subprocess that starts Ray). `make test-fast` runs `-m "not ray and not slow and not heavy"` with EMULATOR_TEST_TIER=fast,
 # where starting Ray fails the test that tried: a test that needs Ray must say so.
-RAY_FILES = {"test_docs.py", "test_warm.py", "test_token_auth.py", "test_data_nodes.py"}
+RAY_FILES = {"test_docs.py", "test_warm.py", "test_token_auth.py", "test_two_node_cluster.py"}
 FAST_TIER = os.environ.get("EMULATOR_TEST_TIER") == "fast"
 
 

@@ -15,9 +15,8 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
+from conftest import ROOT, comparable, digest
 from emulator.cli import main
-from emulator.driver import run_scenario
 from emulator.registry import ALGORITHMS, MODELS, Registry, RegistryError
 from emulator.scenario import ScenarioError, Strict
 from emulator.parts import load_scenario, validate_scenario
@@ -311,70 +310,6 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
 
 
 @pytest.mark.ray  # a cluster in a process of its own
-def test_a_two_node_cluster_runs_a_plugin_it_never_installed_and_spreads_runners_without_changing_metrics(
-        lab, tmp_path):
-    """One two-node cluster (a head and a worker node on this machine, 2 CPUs each) for three claims: every
-    actor imports the plugin package the driver shipped (runtime_env), never a copy on its own path, even
-    with the package in the driver's working directory (which Ray hands on to workers); a run's four
-    runners spread over both nodes give the metrics of a run in one process; and with data.store: disk the
-    runners on both nodes read the data from its files, so Ray's memory summary finds the object store
-    holding an eighth or less of what the same run from memory puts there (the data: over 200 MiB at 10,000
-    devices, against 5-13 MiB from disk), with the same metrics."""
-    imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
-    with open(lab / "fedlab" / "__init__.py", "a") as init:
-        init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
-    stateful = tmp_path / "stateful.yaml"
-    stateful.write_text(yaml.safe_dump(small_scenario(**STATEFUL, **{"runtime.runners": 4, "runtime.backend": "ray"})))
-    plugin_out, spread_out, cache = tmp_path / "plugin-run", tmp_path / "spread-run", tmp_path / "cache"
-    script = textwrap.dedent(f"""
-        import sys
-        from ray.cluster_utils import Cluster
-        from emulator.runtime.cluster import configure_token_auth
-        configure_token_auth()  # as docs/cluster.md starts a cluster: RAY_AUTH_MODE=token, the user's token
-        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
-        cluster.add_node(num_cpus=2)
-        cluster.wait_for_nodes()
-        from emulator.cli import main
-        codes = [main(["run", {str(lab / "feddyn.yaml")!r}, "--out", {str(plugin_out)!r}, "--address",
-                       cluster.address, "--quiet", "--set", "runtime.runners=4"]),
-                 main(["run", {str(stateful)!r}, "--out", {str(spread_out)!r}, "--address", cluster.address,
-                       "--quiet"])]
-        # the data on disk: both nodes map the files, the object store holds the models and what runs them
-        import json, re, ray, emulator
-        from ray._private.internal_api import memory_summary
-        plasma = []
-        def measure(row):
-            text = memory_summary(ray.get_runtime_context().gcs_address, stats_only=True)
-            plasma.append(int(re.search(r"Plasma memory usage (\d+) MiB", text)[1]))
-        for mode in ("disk", "memory"):
-            emulator.run({str(ROOT / "scenarios/cluster/population_100k.yaml")!r}, address=cluster.address,
-                         out={str(tmp_path)!r} + "/stored-" + mode, progress=measure,
-                         overrides=["rounds=2", "population.devices=10000", "algorithm.clients_per_round=40",
-                                    "runtime.runners=4", "data.store=" + json.dumps(dict(mode=mode, cache={str(cache)!r}))])
-        print("plasma MiB", plasma, file=sys.stderr)
-        emulator.shutdown()  # the API's session on the cluster, before its nodes go
-        cluster.shutdown()
-        sys.exit(max(codes + [0 if max(plasma[:2]) * 8 < min(plasma[2:]) else 3]))
-    """)
-    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, cwd=lab)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    for mode in ("disk", "memory"):
-        summary = json.loads((tmp_path / f"stored-{mode}" / "summary.json").read_text())
-        assert summary["status"] == "completed" and summary["runner_nodes"] == 2, summary
-    assert comparable(tmp_path / "stored-disk") == comparable(tmp_path / "stored-memory")
-    shipped = "/runtime_resources/py_modules_files/"
-    lines = [line.split(" ", 1) for line in imports.read_text().splitlines()]
-    local = {pid for pid, path in lines if shipped not in path}
-    assert len(local) == 1 and len(lines) > 2, lines  # the driver alone imported the user's own copy
-    for out in (plugin_out, spread_out):
-        summary = json.loads((out / "summary.json").read_text())
-        assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
-    fairness_is_the_ledgers(plugin_out)  # the plugin's observer ran in the server actor on the cluster
-    # the same scenario in this process (inline gives a Ray run's metrics bit for bit: test_inline.py)
-    run_scenario(validate_scenario(small_scenario(**STATEFUL, **{"runtime.backend": "inline"})), tmp_path / "one")
-    assert comparable(spread_out) == comparable(tmp_path / "one")
-
-
 def test_the_tutorial_shows_the_example_files_as_they_are():
     """docs/extending.md prints each plugin module whole; the files in examples/ are what the tests run."""
     text = (ROOT / "docs" / "extending.md").read_text()

@@ -1,4 +1,4 @@
-"""Reliability: resume, Ctrl-C, a runner killed mid-run, and bad input (a two-node cluster: test_plugins.py)."""
+"""Reliability: resume, Ctrl-C, a runner killed mid-run, and bad input (a two-node cluster: test_two_node_cluster.py)."""
 import json
 import os
 import signal
