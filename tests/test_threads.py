@@ -42,26 +42,20 @@ def cnn_scenario(**runtime) -> dict:
     return raw
 
 
-def test_runners_train_with_one_thread_whatever_their_cpu_share(ray_session):
+def test_runners_train_with_one_thread_whatever_their_cpu_share_and_a_share_above_one_says_how_to_use_more(
+        ray_session, caplog):
+    """A runner's threads follow runtime.torch_threads alone; a CPU share above one without it is a share the
+    runner cannot use, and the pool says which setting would (one pool per case: each is a runner process)."""
     release_shared_runners()  # earlier tests' idle runners would leave no room for a 2-CPU runner
-    for num_cpus, torch_threads, expected in [(2, None, 1), (0.5, None, 1), (1, 2, 2)]:
-        pool = RunnerPool.start(1, num_cpus, 0, torch_threads)
+    for num_cpus, torch_threads, expected, warned in [(2, None, 1, True), (0.5, None, 1, False), (2, 2, 2, False)]:
+        caplog.clear()
+        with caplog.at_level(logging.WARNING, logger="emulator.runtime.pool"):
+            pool = RunnerPool.start(1, num_cpus, 0, torch_threads)
         try:
             assert ray.get(pool.runners[0].threads.remote()) == expected, (num_cpus, torch_threads)
         finally:
             pool.shutdown()
-
-
-def test_a_cpu_share_above_one_without_torch_threads_says_how_to_use_it(ray_session, caplog):
-    release_shared_runners()
-    with caplog.at_level(logging.WARNING, logger="emulator.runtime.pool"):
-        RunnerPool.start(1, 2, 0, None).shutdown()
-    assert "runtime.torch_threads" in caplog.text
-    caplog.clear()
-    with caplog.at_level(logging.WARNING, logger="emulator.runtime.pool"):
-        RunnerPool.start(1, 2, 0, 2).shutdown()
-        RunnerPool.start(1, 1, 0, None).shutdown()
-    assert caplog.text == ""
+        assert ("runtime.torch_threads" in caplog.text) == warned, (num_cpus, torch_threads, caplog.text)
 
 
 def test_cpu_shares_do_not_change_a_cnn_runs_metrics(ray_session, tmp_path):
