@@ -14,6 +14,7 @@ from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.text import Text
 
+from conftest import small_scenario
 from emulator.analysis import plots
 from emulator.analysis.figure_style import FIGURE_FORMATS, writing_formats
 from emulator.analysis.runs import Run, group_runs
@@ -339,3 +340,8 @@ def test_the_png_resolution_follows_emulator_figure_dpi_and_a_bad_one_is_refused
         monkeypatch.setenv("EMULATOR_FIGURE_DPI", bad)
         assert main(["report", *map(str, dirs), "--out", str(tmp_path / "bad")]) == 2
         assert "EMULATOR_FIGURE_DPI" in capsys.readouterr().err and not (tmp_path / "bad").exists()
+    # a sweep, whose report comes after its runs, refuses it before the first run
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(yaml.safe_dump(small_scenario(rounds=1)))
+    assert main(["sweep", str(scenario), "--seeds", "1", "--out", str(tmp_path / "sweep"), "--quiet"]) == 2
+    assert "EMULATOR_FIGURE_DPI" in capsys.readouterr().err and not (tmp_path / "sweep").exists()
