@@ -7,7 +7,6 @@ and the server therefore train with one thread unless runtime.torch_threads asks
 import logging
 
 import numpy as np
-import pytest
 import ray
 
 from conftest import small_scenario
@@ -47,7 +46,8 @@ def test_runners_train_with_one_thread_whatever_their_cpu_share_and_a_share_abov
     """A runner's threads follow runtime.torch_threads alone; a CPU share above one without it is a share the
     runner cannot use, and the pool says which setting would (one pool per case: each is a runner process)."""
     release_shared_runners()  # earlier tests' idle runners would leave no room for a 2-CPU runner
-    for num_cpus, torch_threads, expected, warned in [(2, None, 1, True), (0.5, None, 1, False), (2, 2, 2, False)]:
+    for num_cpus, torch_threads, expected, warned in [(2, None, 1, True), (1, None, 1, False), (0.5, None, 1, False),
+                                                      (2, 2, 2, False)]:
         caplog.clear()
         with caplog.at_level(logging.WARNING, logger="emulator.runtime.pool"):
             pool = RunnerPool.start(1, num_cpus, 0, torch_threads)

@@ -42,13 +42,9 @@ def can_hide_a_directory() -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
-def hidden_disk() -> bool:
-    return can_hide_a_directory()
-
-
 def test_a_two_node_cluster_ships_plugins_spreads_runners_and_copies_data_to_a_node_without_the_disk(
-        lab, tmp_path, hidden_disk):  # noqa: F811
+        lab, tmp_path):  # noqa: F811
+    hidden_disk = can_hide_a_directory()
     imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
     with open(lab / "fedlab" / "__init__.py", "a") as init:
         init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
