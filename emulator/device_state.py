@@ -14,8 +14,10 @@ checkpoint after (the one before may still be the newest on disk), then goes.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import re
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Callable
@@ -46,7 +48,7 @@ class DeviceStateStore:
     def directory(self) -> Path:
         if self._directory is None:
             found = self._locate()
-            self._directory = Path(found) if found is not None else Path(tempfile.mkdtemp(prefix="device-state-"))
+            self._directory = Path(found) if found is not None else _temporary_directory()
             self._directory.mkdir(parents=True, exist_ok=True)
             if self.generation is None:
                 self.generation = max(self._generations(), default=-1) + 1
@@ -156,6 +158,14 @@ class DeviceStateStore:
     def _generations(self) -> list[int]:
         found = (_FILE.match(p.name) for p in self._directory.iterdir()) if self._directory.exists() else ()
         return sorted(int(m.group(1)) for m in found if m)
+
+
+def _temporary_directory() -> Path:
+    """For a run without a run directory (in process): removed when the process exits, the last moment an
+    in-memory checkpoint naming it could still be resumed."""
+    directory = Path(tempfile.mkdtemp(prefix="device-state-"))
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return directory
 
 
 def within(state_dir, name: str) -> Callable[[], str | None]:

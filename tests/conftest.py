@@ -4,19 +4,25 @@ from __future__ import annotations
 import hashlib
 import logging
 import os
-import tempfile
+import shutil
 from pathlib import Path
 
 import pytest
 
 from emulator.parts import load_parts
+from session_scratch import session_scratch
 
-# A developer's warm instance (`emulator up`) must never join the tests: this session and every process it
+# Everything a session writes outside tmp_path goes to one scratch directory, shared by the xdist workers and
+# removed when the session ends (tests/session_scratch.py).
+SCRATCH, OWN_SCRATCH = session_scratch()
+
+# A developer's warm instance (`emulator up`) must never join the tests: each test process and every process it
 # starts look for one in a state file of their own (tests/test_warm.py starts one there).
-os.environ["EMULATOR_WARM_STATE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-"), "warm.json")
+os.environ["EMULATOR_WARM_STATE"] = str(SCRATCH / f"warm-{os.getpid()}" / "warm.json")
 
-# Stored federations (data.store, emulator/data/store.py) go to this session's own cache, never the user's.
-os.environ["EMULATOR_DATA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="emulator-tests-data-"), "federations")
+# Stored federations (data.store, emulator/data/store.py) go to this session's own cache, never the user's:
+# one for all workers, so each federation is written once.
+os.environ["EMULATOR_DATA_CACHE"] = str(SCRATCH / "federations")
 
 # Figures as PNG only (a report in a third of the time), here and in every process the tests start; the tests
 # of PDF and SVG output (test_figures.py, test_bias.py) ask for them.
@@ -93,6 +99,11 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         cost[scope_of(item.nodeid)] = cost.get(scope_of(item.nodeid), 0.0) + _cost(item)
     items.sort(key=lambda item: -cost[scope_of(item.nodeid)])  # stable: a scope keeps its order
+
+
+def pytest_unconfigure(config):
+    if OWN_SCRATCH:
+        shutil.rmtree(SCRATCH, ignore_errors=True)
 
 
 def pytest_xdist_make_scheduler(config, log):

@@ -3,8 +3,12 @@ on-disk store that holds them (emulator/device_state.py), its checkpoints and ki
 from __future__ import annotations
 
 import csv
+import os
 import pickle
 import signal
+import subprocess
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -92,6 +96,16 @@ def test_a_checkpoint_whose_file_is_gone_is_refused(tmp_path):
     next(tmp_path.glob("slots-*.f32")).unlink()
     with pytest.raises(ValueError, match="missing or shorter"):
         DeviceStateStore(tmp_path, num_devices=2, width=2).load_state(saved)
+
+
+def test_a_store_without_a_run_directory_leaves_nothing_behind_when_its_process_exits(tmp_path):
+    code = ("import numpy as np; from emulator.device_state import DeviceStateStore; "
+            "store = DeviceStateStore(None, num_devices=3, width=2); store.put(1, np.ones(2, np.float32)); "
+            "print(store.directory)")
+    shown = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                           env={**os.environ, "TMPDIR": str(tmp_path)})
+    assert Path(shown.stdout.strip()).parent == tmp_path  # it was made there, with a slot file in it
+    assert list(tmp_path.iterdir()) == []
 
 
 # ------------------------------------------------------------------------------------ the algorithms

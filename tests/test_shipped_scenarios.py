@@ -18,9 +18,11 @@ Scenarios marked `slow` (tens of seconds each) run in `make test` too; `-m "not 
 from __future__ import annotations
 
 import csv
+import fcntl
 import json
 import os
 import pickle
+import shutil
 import struct
 import time
 import zlib
@@ -29,6 +31,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from conftest import close_rows, cpu_identity
+from session_scratch import SCRATCH_ENV
 
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 from emulator.driver import run_scenario
@@ -167,19 +170,25 @@ def _write_fake_dataset(folder: Path, dataset: str, split: str, rng: np.random.G
 
 
 @pytest.fixture(scope="session")
-def fake_data(tmp_path_factory):
+def fake_data():
     """fake_data(dataset, split) -> a data.root holding that dataset's files in its real format, names and
-    counts, with random pixels and balanced labels; each written once per session, when first asked for."""
-    root = tmp_path_factory.mktemp("datasets")
-    made: dict[tuple[str, str], Path] = {}
+    counts, with random pixels and balanced labels; each written once per session (for all its workers, in
+    the session's scratch directory), when first asked for."""
+    root = Path(os.environ[SCRATCH_ENV]) / "datasets"
+    root.mkdir(exist_ok=True)
 
     def make(dataset: str, split: str = "") -> Path:
-        if (dataset, split) not in made:
-            folder = root / f"{dataset}-{split}" if split else root / dataset
-            # seeded by the name, not the order asked, so a scenario's data (and fingerprint) is the same in any subset
-            _write_fake_dataset(folder, dataset, split, np.random.default_rng(zlib.crc32(folder.name.encode())))
-            made[(dataset, split)] = folder
-        return made[(dataset, split)]
+        folder = root / f"{dataset}-{split}" if split else root / dataset
+        with open(root / f".{folder.name}.lock", "w") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)  # the other worker may be writing the same one
+            if not folder.exists():
+                temporary = folder.with_name(f".{folder.name}.{os.getpid()}")
+                shutil.rmtree(temporary, ignore_errors=True)
+                # seeded by the name, not the order asked: a scenario's data (and fingerprint) is the same in
+                # any subset
+                _write_fake_dataset(temporary, dataset, split, np.random.default_rng(zlib.crc32(folder.name.encode())))
+                temporary.rename(folder)
+        return folder
 
     return make
 

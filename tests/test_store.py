@@ -182,6 +182,49 @@ def test_a_write_that_fails_midway_leaves_no_cache(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []  # neither the directory nor its temporary twin
 
 
+def test_processes_storing_the_same_data_at_once_write_it_once_and_both_read_it(tmp_path):
+    """A sweep's members or a test session's workers may build the same key at the same time: the one that
+    finishes building second finds the first's copy and reads it instead of writing the data again."""
+    import threading
+
+    run = scenario()
+    memory = built(run)
+    both_building, first_stored = threading.Barrier(2), threading.Event()
+    written: list[str] = []
+    got = [None, None]
+
+    def store(index):
+        def build():
+            both_building.wait(timeout=30)  # both have found the cache empty
+            if index == 1:
+                first_stored.wait(timeout=30)  # the second finishes building after the first has stored
+            return built(run)
+
+        got[index] = cached_federation("k", tmp_path, build, notify=written.append)
+        if index == 0:
+            first_stored.set()
+
+    workers = [threading.Thread(target=store, args=(index,)) for index in range(2)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join(timeout=60)
+    assert len(written) == 1 and "data written" in written[0]
+    assert [path.name for path in tmp_path.iterdir()] == ["k"]  # no temporary twin left behind
+    for federation in got:
+        assert np.array_equal(federation.sizes, memory.sizes)
+        assert same_tensors(federation.train.tensors(federation.device_samples(3)),
+                            memory.train.tensors(memory.device_samples(3)))
+
+
+def test_rewriting_a_stored_federation_leaves_an_open_reader_its_samples(tmp_path):
+    memory = built(scenario())
+    reader = open_federation(write_federation(memory, tmp_path / "k", "k"), key="k")
+    write_federation(memory, tmp_path / "k", "k")
+    assert [path.name for path in tmp_path.iterdir()] == ["k"]
+    assert same_tensors(reader.train.tensors(reader.device_samples(5)), memory.train.tensors(memory.device_samples(5)))
+
+
 def test_a_run_from_the_disk_gives_the_metrics_of_a_run_from_memory(tmp_path):
     rows = {}
     for mode in ("memory", "disk"):

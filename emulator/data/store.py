@@ -22,6 +22,7 @@ is removed and rebuilt, never read.
 """
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import mmap
@@ -109,13 +110,29 @@ def write_federation(federation: Federation, directory: Path, key: str, describe
                 "ragged": ragged,
                 "written_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         (temporary / "meta.json").write_text(json.dumps(meta, indent=1))
-        if directory.exists():
-            shutil.rmtree(directory)
-        os.replace(temporary, directory)
     except BaseException:
         shutil.rmtree(temporary, ignore_errors=True)
         raise
+    _place(temporary, directory)
     return directory
+
+
+def _place(temporary: Path, directory: Path) -> None:
+    """Rename the written directory into place: what was there is moved aside first and removed after, so a
+    reader finds the old directory or the new one, never half of either. Where another process placed the same
+    key between the two renames, its copy (the same bytes: the key names the content) stays and this one goes."""
+    aside = temporary.with_name(temporary.name + ".old")
+    try:
+        os.rename(directory, aside)
+    except FileNotFoundError:
+        pass
+    try:
+        os.replace(temporary, directory)
+    except OSError as error:
+        if error.errno not in (errno.ENOTEMPTY, errno.EEXIST):
+            raise
+    shutil.rmtree(temporary, ignore_errors=True)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _device_rows(federation: Federation) -> np.ndarray | slice:
@@ -398,7 +415,13 @@ def cached_federation(key: str, cache: Path, build: Callable[[], Federation], no
             notify(f"note: the data cache at {directory} cannot be used ({why}); rebuilding it")
             shutil.rmtree(directory, ignore_errors=True)
     started = time.perf_counter()
-    write_federation(build(), directory, key, described)
+    federation = build()
+    if directory.exists():  # another process (a sweep's member, a test worker) stored it while this one built
+        try:
+            return open_federation(directory, verify=True, key=key)
+        except StoreDamaged:
+            pass
+    write_federation(federation, directory, key, described)
     notify(f"data written to {directory} in {time.perf_counter() - started:.1f} s; later runs of the same data "
            "read it from there")
     return open_federation(directory, verify=False, key=key)
