@@ -326,7 +326,7 @@ def _warm(args) -> int:
         print(f"error: {exc}", file=sys.stderr)
         return EXIT_FAILED
     print(f"warm instance {'already running' if running else 'up'} at {instance.address}: {instance.runners} "
-          "runners and a spare server; `emulator run` and emulator.run(...) use it until `emulator down`")
+          "runners and an idle server; `emulator run` and emulator.run(...) use it until `emulator down`")
     return EXIT_OK
 
 

@@ -265,10 +265,11 @@ def test_a_killed_server_actor_is_restarted_from_the_last_checkpoint(reference, 
 
     def kill_the_server_during_round_6(row):
         if row["round"] == 5 and not killed:  # killed now, it dies as round 6 starts (ray.kill does not wait)
-            names = [n for n in ray.util.list_named_actors() if n.startswith("server-")]
-            assert len(names) == 1, names
-            ray.kill(ray.get_actor(names[0]), no_restart=True)
-            killed.append(names[0])
+            named = [ray.get_actor(n) for n in ray.util.list_named_actors() if n.startswith("server-")]
+            playing = [s for s in named if ray.get(s.serving.remote()) is not None]  # not an idle one kept
+            assert len(playing) == 1, playing
+            ray.kill(playing[0], no_restart=True)
+            killed.append(playing[0])
 
     run = tmp_path / "run"
     raw = small_scenario(**{**EVENTS, "runtime.backend": "ray"})

@@ -1,6 +1,6 @@
 """The warm instance (`emulator up` / `emulator down`, emulator/runtime/warm.py).
 
-Its promises: a run attaches to it and uses its runners and spare server (no new actor processes), with the
+Its promises: a run attaches to it and uses its runners and an idle server (no new actor processes), with the
 metrics of a cold run bit for bit; nothing of a run stays behind in the warm runners (a run, another, then the
 first again: the same numbers, and the runners hold no run between them); warm actors running other code are
 not used; `emulator down` frees it all, and a stale state file is ignored. Everything runs as the user runs
@@ -31,8 +31,8 @@ def _cli(args: list[str], env: dict, cwd, timeout: int = 300) -> subprocess.Comp
     return done
 
 
-def _runners(address: str, env: dict) -> list[tuple[int, list]]:
-    """(pid, runs held) of each warm runner, asked from another driver."""
+def _warm_actors(address: str, env: dict) -> tuple[list[tuple[int, list]], list[int]]:
+    """(pid, runs held) of each warm runner, and the pids of the idle servers, asked from another driver."""
     code = textwrap.dedent(f"""
         import json, ray
         from emulator.runtime import warm
@@ -40,11 +40,13 @@ def _runners(address: str, env: dict) -> list[tuple[int, list]]:
         configure_token_auth("local")  # the token the instance was started with (~/.ray/auth_token)
         ray.init(address={address!r}, logging_level="ERROR")
         runners = warm.lease_runners(1)
-        print(json.dumps([ray.get([r.pid.remote(), r.held_runs.remote()]) for r in runners]))
+        print(json.dumps([[ray.get([r.pid.remote(), r.held_runs.remote()]) for r in runners],
+                          warm.idle_server_pids()]))
     """)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    return [tuple(item) for item in json.loads(done.stdout.splitlines()[-1])]
+    runners, servers = json.loads(done.stdout.splitlines()[-1])
+    return [tuple(item) for item in runners], servers
 
 
 @pytest.fixture
@@ -71,8 +73,8 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_
     assert "warm instance up at" in up.stdout
     state = tmp_path / "warm.json"
     instance = json.loads(state.read_text())
-    before = _runners(instance["address"], warm_env)
-    assert len(before) == 1 and before[0][1] == []
+    before, idle_before = _warm_actors(instance["address"], warm_env)
+    assert len(before) == 1 and before[0][1] == [] and len(idle_before) == 1
 
     first = _cli(["run", "s1.yaml", "--out", "warm1", "--quiet"], warm_env, tmp_path)
     assert "note: on the warm instance (emulator up)" in first.stderr
@@ -83,9 +85,12 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_
     assert comparable(tmp_path / "warm1") == comparable(tmp_path / "cold")
     assert comparable(tmp_path / "warm2") == comparable(tmp_path / "cold")
     assert comparable(tmp_path / "other") != comparable(tmp_path / "cold")
-    after = _runners(instance["address"], warm_env)
+    after, idle_after = _warm_actors(instance["address"], warm_env)
     assert [pid for pid, _ in after] == [pid for pid, _ in before]  # the same runner process served every run
     assert after[0][1] == []  # and holds nothing of them
+    # the server processes too: the first run's came back for the next runs (the warden started one more
+    # when the first run took its last idle one)
+    assert len(idle_after) == 2 and set(idle_before) <= set(idle_after)
 
     raw = small_scenario(rounds=2, **{"runtime.backend": "ray", "runtime.runners": os.cpu_count()})
     (tmp_path / "s.yaml").write_text(json.dumps(raw))

@@ -27,35 +27,41 @@ def start_actors(scenario: Scenario, run_key: str, shipped: dict | None, session
     if runtime.backend == "inline":  # the same runner and server objects, in this process
         pool = RunnerPool.in_process(runtime.runners or 1, runtime.torch_threads, gpu=runtime.num_gpus > 0)
         return pool, ServerHandle(scenario, run_key, pool)
-    pool, spare = warm.run_actors(runtime, shipped, session_outlives_run, notify)
-    return pool, ServerHandle(scenario, run_key, pool, shipped, spare)
+    pool, spare, keep = warm.run_actors(runtime, shipped, session_outlives_run, notify)
+    return pool, ServerHandle(scenario, run_key, pool, shipped, spare, keep)
 
 
 class ServerHandle:
     """The server actor of a run; what the Recorder pulls from it (recorder.Source)."""
 
     def __init__(self, scenario: Scenario, run_key: str, pool: RunnerPool, runtime_env: dict | None = None,
-                 spare=None):
-        """`spare`: an empty server actor already started (a warm instance's), used first."""
+                 spare=None, keep=None):
+        """`spare`: an empty server actor already started (an idle one, runtime/idle_servers.py), used first;
+        `keep(actor)`: where a run that ended normally hands its server back for a later run (None: it is
+        stopped)."""
         self.scenario, self.run_key, self.pool = scenario, run_key, pool
         self.runtime_env = runtime_env
         self.run = None  # the run's handle for the runners (RunContext, or RunHandle on Ray)
         self.state_dir: str | None = None  # the run directory's device_state/ (personalized algorithms)
         self.actor = None
         self.starts = 0
+        self.keep = keep
         self.spawn(spare)
 
     def spawn(self, spare=None) -> None:
         """A new, empty server (its process starting, on Ray); the old one is stopped."""
         if self.actor is not None:
             inline.kill(self.actor)
-        self.starts += 1  # named, so that operators (and tests) can find it: ray.util.list_named_actors()
+        self.starts += 1
+        self.idle_taken = spare is not None
         if spare is not None:
             self.actor = spare
             return
         if self.pool.inline or self.scenario.runtime.server == "driver":
             self.actor = inline.InlineActor(FederatedServer())
             return
+        # named, so that operators (and tests) can find it (ray.util.list_named_actors(); `serving()` says
+        # which run a server plays: a server kept idle plays a later run under its first name)
         options = dict(num_cpus=self.scenario.runtime.server_num_cpus, name=f"server-{self.run_key}-{self.starts}")
         if self.runtime_env:
             options["runtime_env"] = self.runtime_env
@@ -68,8 +74,16 @@ class ServerHandle:
             self.spawn()
         if run is not None:
             self.run = run
-        self.call("setup", {"plugins": list(self.scenario.plugins)}, self.run, self.pool.runners,
-                  self.scenario.runtime.torch_threads, pickle.dumps(self.scenario), self.state_dir)
+        setup = ("setup", {"plugins": list(self.scenario.plugins)}, self.run, self.pool.runners,
+                 self.scenario.runtime.torch_threads, pickle.dumps(self.scenario), self.state_dir)
+        try:
+            self.call(*setup)
+        except ray.exceptions.RayActorError:
+            if not self.idle_taken:
+                raise
+            self.spawn()  # an idle server that died while it waited: a new one
+            self.call(*setup)
+        self.idle_taken = False
         return self.call("load_state", state) if state is not None else 0
 
     def prepare_runners(self, gpu_trial=None) -> None:
@@ -91,6 +105,15 @@ class ServerHandle:
     def kill(self) -> None:
         if self.actor is not None:
             inline.kill(self.actor)
+
+    def finish(self, completed: bool) -> None:
+        """The run ended: a server that played it to its end goes back for a later run where one is kept
+        (its first start only: a restarted one may be of another shape), any other is stopped."""
+        if completed and self.keep is not None and self.actor is not None and self.starts == 1:
+            actor, self.actor = self.actor, None
+            self.keep(actor)
+            return
+        self.kill()
 
     # what the Recorder pulls, when a round needs it (recorder.Source)
     def events(self) -> list[tuple]:

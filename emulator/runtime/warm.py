@@ -1,15 +1,16 @@
-"""A warm instance: a local Ray instance, a runner pool and a spare server actor kept between runs.
+"""A warm instance: a local Ray instance, a runner pool and idle server actors kept between runs.
 
 `emulator up` starts a holder process that owns a local Ray instance (so stopping the holder frees all of
-it) and, inside it, a warden actor that owns the warm runners and one spare, empty server actor whose process
+it) and, inside it, a warden actor that owns the warm runners and an idle, empty server actor whose process
 has already imported torch. A later `emulator run` or `emulator.run(...)` with no address (and no
 RAY_ADDRESS) finds the instance through a state file and attaches to it (about a second), takes the warm
-runners and the spare server, and the warden starts the next spare while the run goes. `emulator down`
+runners and an idle server (the warden starts the next one when it was the last). `emulator down`
 stops the holder.
 
-Nothing carries from one run to the next: a run's server is used once and then stopped; runners keep
-nothing of a run after it ends (`release`) and every job is seeded by itself. The warm actors are used only
-where they run the same code as the run: the emulator's source files are fingerprinted when the instance
+Nothing carries from one run to the next: runners keep nothing of a run after it ends (`release`) and
+every job is seeded by itself; a run that ends normally hands its server back, which forgets the run
+(`FederatedServer.release`) and serves a later one as a fresh process would (runtime/idle_servers.py).
+The warm actors are used only where they run the same code as the run: the emulator's source files are fingerprinted when the instance
 starts, and a run whose code differs (an edit since), that ships plugin modules from the user's directory,
 or that asks for another resource shape gets fresh actors on the same Ray instance instead.
 
@@ -33,10 +34,12 @@ import ray
 
 from emulator.runtime.cluster import (LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth,
                                       lighten_local_instance, runner_count)
+from emulator.runtime import idle_servers
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.warm_state import WarmInstance, alive, code_fingerprint, find, state_path
 
-__all__ = ["WarmInstance", "down", "find", "lease_runners", "release_runners", "run_actors", "take_server", "up"]
+__all__ = ["WarmInstance", "down", "find", "give_back_server", "idle_server_pids", "lease_runners", "release_runners",
+           "run_actors", "take_server", "up"]
 
 NAMESPACE = "fl-emulator-warm"
 WARDEN = "warden"
@@ -57,14 +60,25 @@ def release_runners() -> None:
 
 
 def take_server():
-    """The spare server actor (empty, its process started); the warden starts the next spare."""
+    """An idle server actor (empty, its process started); the warden starts the next one when none is left."""
     return ray.get(_warden().take_server.remote())
 
 
-def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify) -> tuple[RunnerPool, object]:
-    """The run's runner pool, and a spare server actor or None. On a warm instance (runtime/warm.py) its
-    runners and spare server, when they run this code at this runtime shape; otherwise runners of our own,
-    kept for later runs where the caller owns the session (RunnerPool.shared), their processes starting."""
+def give_back_server(server) -> bool:
+    """Hand a finished run's server back to the warden, for a later run (False: it was stopped instead)."""
+    return ray.get(_warden().give_back_server.remote(server))
+
+
+def idle_server_pids() -> list[int]:
+    """The processes of the warden's idle servers."""
+    return ray.get(_warden().idle_server_pids.remote())
+
+
+def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify) -> tuple[RunnerPool, object, object]:
+    """The run's runner pool, an idle server actor or None, and where the run hands its server back when it
+    ends (None: nowhere, it is stopped). On a warm instance (runtime/warm.py) its runners and an idle server,
+    when they run this code at this runtime shape; otherwise runners of our own, kept for later runs with an
+    idle server where the caller owns the session (RunnerPool.shared, runtime/idle_servers.py)."""
     count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
     instance = attached_warm_instance()
     if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
@@ -72,13 +86,18 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
         notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
         pool = RunnerPool(lease_runners(count))
         pool.leased = True
-        return pool, take_server() if runtime.server == "actor" else None
+        if runtime.server != "actor":
+            return pool, None, None
+        return pool, take_server(), give_back_server
     if instance is not None:  # its runners would hold the CPUs this run's own need
         notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
                "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
         release_runners()
     begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-    return begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False), None
+    pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
+    if not session_outlives_run or shipped is not None or runtime.server != "actor" or runtime.server_num_cpus:
+        return pool, None, None  # an idle server holding CPUs would keep them from a later run's runners
+    return pool, idle_servers.take(), idle_servers.give_back
 
 
 def _warden():
@@ -86,7 +105,7 @@ def _warden():
 
 
 class Warden:
-    """Owns the warm runners and the spare server (actors live as long as their owner), hands them out."""
+    """Owns the warm runners and the idle servers (actors live as long as their owner), hands them out."""
 
     def __init__(self, shape: tuple, runners: int, server: str):
         """`server`: the server actor class as "module:name" (the server package is above this layer: the
@@ -100,18 +119,17 @@ class Warden:
         self.runner_actor, self.server_actor = RunnerActor, getattr(importlib.import_module(module), name)
         self.shape = shape
         self.pool = [self._runner() for _ in range(runners)]
-        self.spare = None
+        self.idle = [self._server()]
         self.lock = threading.Lock()
-        self._new_spare()
-        ray.get([r.ping.remote() for r in self.pool] + [self.spare.ping.remote()])
+        ray.get([r.ping.remote() for r in self.pool] + [self.idle[0].ping.remote()])
 
     def _runner(self):
         num_cpus, num_gpus, torch_threads = self.shape
         return self.runner_actor.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
                                          scheduling_strategy="SPREAD").remote(torch_threads)
 
-    def _new_spare(self):
-        self.spare = self.server_actor.options(num_cpus=0).remote()
+    def _server(self):
+        return self.server_actor.options(num_cpus=0).remote()
 
     def runners(self, count: int) -> list:
         with self.lock:
@@ -126,10 +144,31 @@ class Warden:
             self.pool = []
 
     def take_server(self):
+        """An idle server; when it was the last, the next one starts now (a parallel run's, or a run's
+        that failed and kept its own)."""
         with self.lock:
-            server, self.spare = self.spare, None
-            self._new_spare()
+            server = self.idle.pop() if self.idle else self._server()
+            if not self.idle:
+                self.idle.append(self._server())
         return server
+
+    def give_back_server(self, server) -> bool:
+        try:
+            ray.get(server.release.remote(), timeout=30)
+        except (ray.exceptions.RayError, TimeoutError):
+            ray.kill(server)
+            return False
+        with self.lock:
+            if len(self.idle) < idle_servers.MAX_IDLE:
+                self.idle.append(server)
+                return True
+        ray.kill(server)
+        return False
+
+    def idle_server_pids(self) -> list[int]:
+        with self.lock:
+            idle = list(self.idle)
+        return ray.get([server.pid.remote() for server in idle])
 
     def ready(self) -> bool:
         return True
@@ -138,7 +177,7 @@ class Warden:
 # ------------------------------------------------------------------------------------- up / down
 def up(server: str, num_cpus: int | None = None, runners: int | None = None) -> WarmInstance:
     """Start the warm instance (or return the one running) and wait until its actors are ready. `server`:
-    the server actor class its spare is made of, as "module:name"."""
+    the server actor class its idle servers are made of, as "module:name"."""
     found = find()
     if found is not None:
         return found
@@ -199,7 +238,7 @@ def _hold(state: Path, server: str, num_cpus: int | None, runners: int | None) -
         temporary = state.with_name(f".{state.name}.{os.getpid()}")
         temporary.write_text(json.dumps(record))
         temporary.replace(state)
-        print(f"warm instance at {record['address']}: {count} runners and a spare server", flush=True)
+        print(f"warm instance at {record['address']}: {count} runners and an idle server", flush=True)
         while not stop.wait(1.0):
             pass
     finally:

@@ -3,4 +3,4 @@ around a round (evaluation, bias, what each device gets, attackers, the uplink's
 world they share, and the checks before the first round. runtime/ below holds the Ray plumbing it uses."""
 from __future__ import annotations
 
-SERVER_ACTOR = "emulator.server.server:ServerActor"  # what a warm instance keeps a spare of (runtime/warm.py)
+SERVER_ACTOR = "emulator.server.server:ServerActor"  # what a warm instance keeps idle ones of (runtime/warm.py)

@@ -8,10 +8,13 @@ results stay at the edge.
 """
 from __future__ import annotations
 
+import gc
+import os
 import pickle
 
 import numpy as np
 import ray
+import torch
 
 from emulator.parts.loading import load_parts
 from emulator.runtime.runner import RunContext, RunHandle
@@ -23,6 +26,9 @@ from emulator.server.record import RECORD_COLUMNS, RoundRecord
 from emulator.server.synchronous import SynchronousEngine
 from emulator.server.world import ServerWorld
 from emulator.training.local import set_torch_threads
+
+
+_FRESH_TORCH_RNG = torch.get_rng_state()  # torch's default generator as a new process has it
 
 
 class FederatedServer:
@@ -42,6 +48,7 @@ class FederatedServer:
         may run elsewhere (a warm instance started in another directory, another node), where a check of a
         relative path, a plugin's or ours, would look in the wrong place. `state_dir`: where a personalized
         algorithm keeps its devices' state (the run directory's device_state/; None: a temporary one)."""
+        self.__dict__.clear()  # nothing of an earlier run stays (a server kept for later runs: `release`)
         set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
         load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
         scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
@@ -52,6 +59,24 @@ class FederatedServer:
         self.ledger = next(o for o in self.observers if isinstance(o, ParticipationLedger))
         self.round = 0
         self._events: list[tuple] = []
+
+    def release(self) -> bool:
+        """Forget the run, for an actor kept for later runs (runtime/idle_servers.py): its world, observers
+        and data go, and torch's global generator is back at its state when the process started, so the
+        next run is served as a fresh process would serve it."""
+        self.__dict__.clear()
+        gc.collect()
+        torch.set_rng_state(_FRESH_TORCH_RNG)
+        return True
+
+    @ray.method(concurrency_group="report")
+    def serving(self) -> str | None:
+        """The key of the run this server plays (None: none, an idle server kept for a later run)."""
+        world = self.__dict__.get("world")
+        return None if world is None else world.run.key
+
+    def pid(self) -> int:
+        return os.getpid()
 
     def get_columns(self) -> tuple[str, ...]:
         return RECORD_COLUMNS + tuple(c for observer in self.observers for c in observer.columns)

@@ -1,0 +1,63 @@
+"""Server actors kept between runs, so that a run does not pay for a new process importing torch.
+
+A server actor's process costs about 3.5 s of CPU to start (Ray's worker, then torch and the emulator), as
+much as several rounds of a small run, and on a 2-core machine it competes with the run's own training. A
+run that ends normally hands its server back (`FederatedServer.release` forgets the run and resets torch's
+global generator) and the next run of the same session takes it: metrics are those of a fresh process bit
+for bit (tests/test_idle_servers.py). Kept here: the servers of a Ray session that outlives its runs (a
+notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that failed
+or was stopped never hands its server back, and servers that ship plugin modules are never kept.
+"""
+from __future__ import annotations
+
+import threading
+
+import ray
+
+MAX_IDLE = 2  # per session: a sweep's parallel runs each hand one back; more would only idle
+
+
+def _session() -> tuple:
+    context = ray.get_runtime_context()  # after ray.shutdown() and ray.init() the job id repeats: the session too
+    return context.get_session_name(), context.get_job_id()
+
+
+def take():
+    """An idle server of this session, or None. Only servers without a CPU share of their own are kept
+    (runtime.server_num_cpus 0, the default): an idle one holding CPUs would keep them from a later run's
+    runners."""
+    if not ray.is_initialized():
+        return None
+    key = _session()
+    with _LOCK:
+        for stale in [k for k in _IDLE if k != key]:  # an ended session's servers ended with it
+            del _IDLE[stale]
+        idle = _IDLE.get(key, [])
+        return idle.pop() if idle else None
+
+
+def give_back(server) -> bool:
+    """Keep `server` for a later run once it has forgotten this one; False (and it is stopped) when it
+    cannot: it died, or enough are idle."""
+    try:
+        ray.get(server.release.remote(), timeout=30)
+    except (ray.exceptions.RayError, TimeoutError):
+        ray.kill(server)
+        return False
+    with _LOCK:
+        idle = _IDLE.setdefault(_session(), [])
+        if len(idle) < MAX_IDLE:
+            idle.append(server)
+            return True
+    ray.kill(server)
+    return False
+
+
+def idle_servers() -> list:
+    """Every server kept idle in this process, of any session still alive or not."""
+    with _LOCK:
+        return [server for servers in _IDLE.values() for server in servers]
+
+
+_IDLE: dict[tuple, list] = {}
+_LOCK = threading.Lock()
