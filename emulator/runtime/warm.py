@@ -93,8 +93,12 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
         notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
                "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
         release_runners()
-    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
-    pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
+    if session_outlives_run:
+        server_cpus = runtime.server_num_cpus if runtime.server == "actor" else 0.0
+        pool = RunnerPool.shared(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped,
+                                 wait=False, reserve_cpus=server_cpus)
+    else:
+        pool = RunnerPool.start(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
     if not session_outlives_run or shipped is not None or runtime.server != "actor" or runtime.server_num_cpus:
         return pool, None, None  # an idle server holding CPUs would keep them from a later run's runners
     return pool, idle_servers.take(), idle_servers.give_back
