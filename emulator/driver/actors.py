@@ -110,9 +110,12 @@ class ServerHandle:
         """The run ended: a server that played it to its end goes back for a later run where one is kept
         (its first start only: a restarted one may be of another shape), any other is stopped."""
         if completed and self.keep is not None and self.actor is not None and self.starts == 1:
-            actor, self.actor = self.actor, None
-            self.keep(actor)
-            return
+            try:
+                self.keep(self.actor)  # it stops the server itself when it cannot keep it
+                self.actor = None
+                return
+            except Exception:  # the warm instance went down meanwhile: the run's result stands, the server goes
+                pass
         self.kill()
 
     # what the Recorder pulls, when a round needs it (recorder.Source)

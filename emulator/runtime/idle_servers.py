@@ -4,7 +4,7 @@ A server actor's process costs about 3.5 s of CPU to start (Ray's worker, then t
 much as several rounds of a small run, and on a 2-core machine it competes with the run's own training. A
 run that ends normally hands its server back (`FederatedServer.release` forgets the run and resets torch's
 global generator) and the next run of the same session takes it: metrics are those of a fresh process bit
-for bit (tests/test_kept_actors.py). Kept here: the servers of a Ray session that outlives its runs (a
+for bit (tests/test_idle_servers.py). Kept here: the servers of a Ray session that outlives its runs (a
 notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that failed
 or was stopped never hands its server back, and servers that ship plugin modules are never kept.
 """

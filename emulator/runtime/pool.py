@@ -87,19 +87,17 @@ class RunnerPool:
 
     @classmethod
     def shared(cls, count: int, num_cpus: float, num_gpus: float, torch_threads: int | None,
-               runtime_env: dict | None = None, wait: bool = True, reserve_cpus: float = 0.0) -> "RunnerPool":
+               runtime_env: dict | None = None, wait: bool = True) -> "RunnerPool":
         """Runners kept alive across runs in this Ray session (tests, notebooks, sweeps): a run takes the
-        first `count` runners of its shape, starting more if needed. Idle runners of another shape stay
-        while the new ones (and `reserve_cpus`, the run's server's share) fit beside them, else they are
+        first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
         shipped = tuple((runtime_env or {}).get("py_modules", ()))
         # the session too: after ray.shutdown() and ray.init() the job id repeats, the old handles are dead
         context = ray.get_runtime_context()
         key = (context.get_session_name(), context.get_job_id(), num_cpus, num_gpus, torch_threads, shipped)
         with _SHARED_LOCK:  # concurrent runs of a sweep ask at the same time
-            runners = _SHARED.pop(key, [])
-            _SHARED[key] = runners  # the most recently used shape last: the last to make room
-            _make_room(key, count - len(runners), reserve_cpus)
+            _stop_idle_shared(keep=key)
+            runners = _SHARED.setdefault(key, [])
             if len(runners) < count:
                 runners.extend(cls.start(count - len(runners), num_cpus, num_gpus, torch_threads, runtime_env,
                                          wait).runners)
@@ -162,42 +160,6 @@ def _stop_idle_shared(keep=None) -> None:
                 ray.kill(runner)
 
 
-def _make_room(key: tuple, new_runners: int, reserve_cpus: float = 0.0) -> None:
-    """Stop idle runners of other shapes, the least recently used first, until `new_runners` more of shape
-    `key` (and `reserve_cpus` for the run's server) fit: beside every runner kept in the session's CPUs and
-    GPUs (Ray's free resources lag behind actors still being placed), and in what Ray says is free (other
-    actors hold resources too). Call under the lock. A new runner never waits for an idle one of another
-    shape."""
-    session = key[0]
-    for ended in [k for k in _SHARED if k[0] != session]:  # runners of an earlier Ray session ended with it
-        _SHARED.pop(ended)
-        _IN_USE.pop(ended, None)
-    if new_runners <= 0 and not reserve_cpus:
-        return
-    total, free = ray.cluster_resources(), ray.available_resources()
-    need = {"CPU": max(new_runners, 0) * key[2] + reserve_cpus, "GPU": max(new_runners, 0) * key[3]}
-    freed = {"CPU": 0.0, "GPU": 0.0}
-
-    def fits() -> bool:
-        for resource, index in (("CPU", 2), ("GPU", 3)):
-            held = sum(len(runners) * k[index] for k, runners in _SHARED.items())
-            if held + need[resource] > total.get(resource, 0.0) + 1e-9:
-                return False
-            if need[resource] > free.get(resource, 0.0) + freed[resource] + 1e-9:
-                return False
-        return True
-
-    for other in [k for k in _SHARED if k != key and not _IN_USE.get(k)]:
-        runners = _SHARED[other]
-        while runners and not fits():
-            ray.kill(runners.pop())  # from the end: a later run of that shape takes the first ones
-            freed["CPU"] += other[2]
-            freed["GPU"] += other[3]
-        if not runners:
-            del _SHARED[other]
-            _IN_USE.pop(other, None)
-
-
 def release_shared_runners() -> None:
     """Stop every shared runner no run is using, freeing its resources (e.g. before starting runners of
     a shape that would not fit beside them)."""
@@ -205,8 +167,7 @@ def release_shared_runners() -> None:
         _stop_idle_shared()
 
 
-def shared_runners(in_use: bool = False) -> list:
-    """Every runner kept alive for this Ray session (see RunnerPool.shared); `in_use`: only those of the
-    shapes that runs are using now."""
+def shared_runners() -> list:
+    """Every runner kept alive for this Ray session (see RunnerPool.shared)."""
     with _SHARED_LOCK:
-        return [runner for key, runners in _SHARED.items() if _IN_USE.get(key) or not in_use for runner in runners]
+        return [runner for runners in _SHARED.values() for runner in runners]

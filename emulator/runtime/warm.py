@@ -10,9 +10,10 @@ stops the holder.
 Nothing carries from one run to the next: runners keep nothing of a run after it ends (`release`) and
 every job is seeded by itself; a run that ends normally hands its server back, which forgets the run
 (`FederatedServer.release`) and serves a later one as a fresh process would (runtime/idle_servers.py).
-The warm actors are used only where they run the same code as the run: the emulator's source files are fingerprinted when the instance
-starts, and a run whose code differs (an edit since), that ships plugin modules from the user's directory,
-or that asks for another resource shape gets fresh actors on the same Ray instance instead.
+The warm actors are used only where they run the same code as the run: the emulator's source files are
+fingerprinted when the instance starts, and a run whose code differs (an edit since), that ships plugin
+modules from the user's directory, or that asks for another resource shape gets fresh actors on the same
+Ray instance instead.
 
 Where the instance is (its state file) and the code fingerprint live in runtime/warm_state.py, which
 runtime/cluster.py reads when a run may attach.
@@ -32,9 +33,9 @@ from pathlib import Path
 
 import ray
 
+from emulator.runtime import idle_servers
 from emulator.runtime.cluster import (LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth,
                                       lighten_local_instance, runner_count)
-from emulator.runtime import idle_servers
 from emulator.runtime.pool import RunnerPool
 from emulator.runtime.warm_state import WarmInstance, alive, code_fingerprint, find, state_path
 
@@ -93,12 +94,8 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
         notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
                "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
         release_runners()
-    if session_outlives_run:
-        server_cpus = runtime.server_num_cpus if runtime.server == "actor" else 0.0
-        pool = RunnerPool.shared(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped,
-                                 wait=False, reserve_cpus=server_cpus)
-    else:
-        pool = RunnerPool.start(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
+    begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
+    pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
     if not session_outlives_run or shipped is not None or runtime.server != "actor" or runtime.server_num_cpus:
         return pool, None, None  # an idle server holding CPUs would keep them from a later run's runners
     return pool, idle_servers.take(), idle_servers.give_back

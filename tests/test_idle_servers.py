@@ -1,7 +1,6 @@
-"""Actors kept between the runs of a session. Servers (emulator/runtime/idle_servers.py): a later run is served
+"""Server actors kept between the runs of a session (emulator/runtime/idle_servers.py): a later run is served
 by the process an earlier one used, with the metrics a fresh process gives; a run that did not end normally
-keeps nothing. Runners (RunnerPool.shared): runners of another shape stay while the new ones fit beside them,
-and are stopped when they would not."""
+keeps nothing."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +10,6 @@ from conftest import comparable, small_scenario
 from emulator.driver import run_scenario
 from emulator.parts import validate_scenario
 from emulator.runtime import idle_servers
-from emulator.runtime.pool import shared_runners
 
 
 def _on_ray(**overrides):
@@ -49,20 +47,3 @@ def test_a_run_that_fails_does_not_hand_its_server_back(ray_session, tmp_path):
     with pytest.raises(RuntimeError, match="stopped by the test"):
         run_scenario(_on_ray(seed=4), tmp_path / "failed", on_round=fail_at_round_two)
     assert len(_idle_pids()) == len(before) - 1  # it took an idle server and stopped it at the end
-
-
-def _runner_pids(in_use: bool = False) -> set[int]:
-    return set(ray.get([runner.pid.remote() for runner in shared_runners(in_use)]))
-
-
-def test_runners_of_another_shape_stay_while_they_fit_and_go_when_they_do_not(ray_session, tmp_path):
-    """The session has 4 CPUs: two runners of 1 CPU and two of 0.5 fit side by side; two of 2 CPUs do not."""
-    whole = {"runtime.runners": 2, "runtime.num_cpus": 1}
-    run_scenario(_on_ray(**whole), tmp_path / "a")
-    run_scenario(_on_ray(**{"runtime.runners": 2, "runtime.num_cpus": 0.5}), tmp_path / "halves")
-    kept, seen = _runner_pids(), set()
-    run_scenario(_on_ray(**whole), tmp_path / "b", on_round=lambda row: seen.update(_runner_pids(in_use=True)))
-    assert seen and seen <= kept  # the first shape's runners, kept while the second ran
-    run_scenario(_on_ray(**{"runtime.runners": 2, "runtime.num_cpus": 2}), tmp_path / "big")  # would wait forever
-    assert not _runner_pids() & kept  # beside them: they were stopped to make room
-    assert comparable(tmp_path / "b") == comparable(tmp_path / "a")
