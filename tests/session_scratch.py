@@ -13,6 +13,8 @@ import shutil
 import tempfile
 from pathlib import Path
 
+from emulator.runtime.warm_state import alive
+
 SCRATCH_ENV = "EMULATOR_TESTS_SCRATCH"  # inherited by the workers, which use the controller's directory
 PREFIX = "emulator-tests-"
 OWNER_FILE = "owner.pid"
@@ -38,17 +40,7 @@ def remove_orphans(parent: Path) -> list[Path]:
             owner = int((directory / OWNER_FILE).read_text())
         except (OSError, ValueError):
             continue  # not one of ours, or being made right now
-        if not _alive(owner):
+        if not alive(owner):
             shutil.rmtree(directory, ignore_errors=True)
             removed.append(directory)
     return removed
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True  # another user's process
-    return True
