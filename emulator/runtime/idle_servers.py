@@ -37,15 +37,21 @@ def take():
 
 
 def give_back(server) -> bool:
-    """Keep `server` for a later run once it has forgotten this one; False (and it is stopped) when it
-    cannot: it died, or enough are idle."""
+    """Keep `server` for a later run of this session (see `park`)."""
+    with _LOCK:
+        idle = _IDLE.setdefault(_session(), [])
+    return park(server, idle, _LOCK)
+
+
+def park(server, idle: list, lock) -> bool:
+    """Add `server` to `idle` (guarded by `lock`) once it has forgotten its run; False, and it is stopped,
+    when it cannot: it died, or MAX_IDLE are idle already. A warm instance's warden parks its own here too."""
     try:
         ray.get(server.release.remote(), timeout=30)
     except (ray.exceptions.RayError, TimeoutError):
         ray.kill(server)
         return False
-    with _LOCK:
-        idle = _IDLE.setdefault(_session(), [])
+    with lock:
         if len(idle) < MAX_IDLE:
             idle.append(server)
             return True

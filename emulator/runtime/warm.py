@@ -154,17 +154,7 @@ class Warden:
         return server
 
     def give_back_server(self, server) -> bool:
-        try:
-            ray.get(server.release.remote(), timeout=30)
-        except (ray.exceptions.RayError, TimeoutError):
-            ray.kill(server)
-            return False
-        with self.lock:
-            if len(self.idle) < idle_servers.MAX_IDLE:
-                self.idle.append(server)
-                return True
-        ray.kill(server)
-        return False
+        return idle_servers.park(server, self.idle, self.lock)
 
     def idle_server_pids(self) -> list[int]:
         with self.lock:
