@@ -102,10 +102,6 @@ class ServerHandle:
                 raise RunInterrupted(stop.signum)
         return _unwrapped(lambda: inline.get(ref))
 
-    def kill(self) -> None:
-        if self.actor is not None:
-            inline.kill(self.actor)
-
     def finish(self, completed: bool) -> None:
         """The run ended: a server that played it to its end goes back for a later run where one is kept
         (its first start only: a restarted one may be of another shape), any other is stopped."""
@@ -116,7 +112,8 @@ class ServerHandle:
                 return
             except Exception:  # the warm instance went down meanwhile: the run's result stands, the server goes
                 pass
-        self.kill()
+        if self.actor is not None:
+            inline.kill(self.actor)
 
     # what the Recorder pulls, when a round needs it (recorder.Source)
     def events(self) -> list[tuple]:
