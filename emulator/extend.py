@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.optimizers import ServerOptimizer
+from emulator.aggregation.partial import Folding
 from emulator.aggregation.robust import RobustResult
 from emulator.algorithms.base import Algorithm, AlgorithmContext, Arrival, ClientUpdate, RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg, FedAvgConfig, local_training_from
@@ -74,7 +75,7 @@ __all__ = [
     "Hosted", "RobustResult", "AggregatorSettings", "Attack", "AttackSettings",
     "Algorithm", "AlgorithmContext", "ClientUpdate", "RoundPlan", "FedAvg", "local_training_from",
     "Personalized", "Personalization",
-    "LocalTraining", "TrainStats", "WeightedMean", "server_update", "SelectionPolicy", "AvailabilityModel",
+    "LocalTraining", "TrainStats", "WeightedMean", "Folding", "server_update", "SelectionPolicy", "AvailabilityModel",
     "ArrayDataset", "RaggedRows", "large_array",
     "Strict", "Count", "Fraction", "PositiveFloat", "ClientTraining", "FedAvgConfig", "ModelConfig", "DataConfig",
     "DatasetOptions",

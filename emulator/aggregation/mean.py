@@ -1,19 +1,25 @@
 """Aggregation math as pure functions on flat parameter vectors."""
 from __future__ import annotations
 
+from fractions import Fraction
+
 import numpy as np
+
+from emulator.aggregation.exact import ExactSum
 
 
 class WeightedMean:
     """A running weighted sum: one vector of memory however many updates stream in.
 
-    Sums are kept in float64 and updates must be added in a fixed order (device order) for results to be
-    bit-for-bit reproducible.
+    The sum is exact (aggregation/exact.py) and so are the weights' (fractions), so the mean is the same
+    bit for bit whatever order the updates come in and however they were grouped: a runner may fold its
+    devices' updates into one partial mean and the server `merge` the partials.
     """
 
     def __init__(self, size: int):
-        self.total = np.zeros(size, dtype=np.float64)
-        self.weight = 0.0
+        self._sum = ExactSum(size)
+        self._weight = Fraction(0)
+        self._total: np.ndarray | None = None  # a total set from outside (DP's release, a robust rule)
         self.count = 0
 
     def add(self, vector: np.ndarray, weight: float = 1.0) -> None:
@@ -21,17 +27,42 @@ class WeightedMean:
             raise ValueError(f"aggregation weights are non-negative, got {weight}")
         if weight == 0:
             return
-        if weight == 1.0:
-            self.total += vector
-        else:
-            self.total += weight * vector.astype(np.float64)
-        self.weight += weight
+        self._sum.add(vector, weight)
+        self._weight += Fraction(weight)
+        self._total = None
         self.count += 1
+
+    def merge(self, other: "WeightedMean") -> None:
+        """Add another running sum's updates (a runner's partial), as if each had been added here."""
+        if other._total is not None or self._total is not None:
+            raise ValueError("a mean whose total was set from outside cannot be merged")
+        self._sum.merge(other._sum)
+        self._weight += other._weight
+        self.count += other.count
+
+    @property
+    def total(self) -> np.ndarray:
+        """The weighted sum, float64."""
+        if self._total is None:
+            self._total = self._sum.value()
+        return self._total
+
+    @total.setter
+    def total(self, value: np.ndarray) -> None:
+        self._total = np.asarray(value, dtype=np.float64)
+
+    @property
+    def weight(self) -> float:
+        return float(self._weight)
+
+    @weight.setter
+    def weight(self, value: float) -> None:
+        self._weight = Fraction(value)
 
     def mean(self) -> np.ndarray:
         """The weighted mean as float32; zeros when nothing (or only zero weight) was added."""
-        if self.weight == 0:
-            return np.zeros_like(self.total, dtype=np.float32)
+        if self._weight == 0:
+            return np.zeros(len(self._sum), dtype=np.float32)
         return (self.total / self.weight).astype(np.float32)
 
 

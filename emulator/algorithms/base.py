@@ -16,6 +16,8 @@ from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
+from emulator.aggregation.mean import WeightedMean
+from emulator.aggregation.partial import Folding
 from emulator.algorithms.selection import SelectionPolicy
 from emulator.training.local import LocalTraining, TrainStats
 
@@ -171,6 +173,17 @@ class Algorithm:
     def aggregate(self, params: np.ndarray, updates: Iterable[ClientUpdate], round_index: int) -> np.ndarray:
         """Consume updates as they stream in (arrival order) and return the next global parameters."""
         raise NotImplementedError
+
+    def partial_fold(self) -> Folding | None:
+        """How the runners may fold this round's updates before they travel (aggregation/partial.py): given
+        when the round is a weighted mean of the updates and nothing reads them one at a time; the server
+        then calls `aggregate_partials` instead of `aggregate`. None (the default): every update travels."""
+        return None
+
+    def aggregate_partials(self, params: np.ndarray, partials: Iterable[WeightedMean], round_index: int) -> np.ndarray:
+        """`aggregate` for updates the runners folded by `partial_fold`'s rule: each partial is the weighted
+        sum of some of the round's updates (merge them: the result does not depend on how they were cut)."""
+        raise NotImplementedError(f"{self.name} gives no partial_fold: its updates reach aggregate()")
 
     def apply(self, params: np.ndarray, arrivals: list[Arrival], update_index: int) -> np.ndarray:
         """An asynchronous algorithm's server update: the next global parameters from `arrivals` (in

@@ -14,6 +14,7 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from emulator.aggregation.mean import WeightedMean, server_update
+from emulator.aggregation.partial import Folding, update_weight
 from emulator.aggregation.optimizers import build_server_optimizer
 from emulator.aggregation.robust import HELD_COLUMN, build_aggregator, extra_operations
 from emulator.aggregation.schedules import lr_at
@@ -58,6 +59,10 @@ def local_training_from(config, **changes) -> LocalTraining:
                 momentum=config.client_momentum, weight_decay=config.weight_decay)
     spec.update(changes)
     return LocalTraining(**spec)
+
+
+# What a subclass overrides to read or weigh the updates its own way: then they travel one by one.
+_MEAN_HOOKS = ("weight", "observe", "mean_delta", "robust_delta", "aggregate", "aggregate_partials")
 
 
 class FedAvg(Algorithm):
@@ -117,10 +122,15 @@ class FedAvg(Algorithm):
 
     def weight(self, update: ClientUpdate) -> float:
         """A device that had no data to train on (steps == 0) sends no information and gets no weight."""
-        if update.stats.steps == 0:
-            return 0.0
-        base = update.num_samples if self.config.weighting == "samples" else 1.0
-        return float(base * update.multiplicity)
+        return update_weight(self.config.weighting, update.num_samples, update.stats.steps, update.multiplicity)
+
+    def partial_fold(self) -> Folding | None:
+        """Runners may fold the updates when the round is the plain weighted mean: no robust rule, and no
+        subclass that weighs, observes or aggregates the updates its own way."""
+        if self.aggregator is not None or any(getattr(type(self), hook) is not getattr(FedAvg, hook)
+                                              for hook in _MEAN_HOOKS):
+            return None
+        return Folding(self.config.weighting)
 
     def mean_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         if self.aggregator is not None:
@@ -181,10 +191,18 @@ class FedAvg(Algorithm):
 
     def aggregate(self, params, updates, round_index):
         self.set_round(round_index)
-        mean = self.mean_delta(params, updates)
-        if mean.weight == 0:
-            return params
-        return self.server_step(params, mean.mean())
+        return self._step(params, self.mean_delta(params, updates))
+
+    def aggregate_partials(self, params, partials, round_index):
+        self.set_round(round_index)
+        mean = WeightedMean(len(params))
+        for partial in partials:
+            mean.merge(partial)
+        release = self.context.release
+        return self._step(params, release(mean, self._round) if release is not None else mean)
+
+    def _step(self, params: np.ndarray, mean: WeightedMean) -> np.ndarray:
+        return params if mean.weight == 0 else self.server_step(params, mean.mean())
 
     def after_round(self, row: dict) -> dict:
         values = dict(self.lr) if self.scheduled else {}

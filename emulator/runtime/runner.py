@@ -14,6 +14,7 @@ import ray
 import torch
 
 from emulator import params as param_vector
+from emulator.aggregation.partial import Folding, PartialSum
 from emulator.algorithms.base import ClientUpdate
 from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
@@ -161,12 +162,19 @@ class DeviceRunner(RunnerEvaluation):
         return delta if job.attack is None else job.attack.craft(delta, job.seed, job.attack_seed)
 
     def train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
-                    vectorise: bool = False) -> list[ClientUpdate]:
-        """A group of devices' updates, in job order, from one call (one Ray task per group, not per device).
+                    vectorise: bool = False, folding: Folding | None = None) -> list[ClientUpdate] | PartialSum:
+        """A group of devices' updates, in job order, from one call (one Ray task per group, not per device);
+        given `folding`, those updates folded into one partial sum (aggregation/partial.py), which is all
+        that travels back.
 
         With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
+        updates = self._train_group(run, global_params, jobs, vectorise)
+        return updates if folding is None else folding.fold(updates, len(global_params))
+
+    def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
+                     vectorise: bool) -> list[ClientUpdate]:
         if not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs):
             return [self.train(run, global_params, job) for job in jobs]
         context, model = self._run(run)

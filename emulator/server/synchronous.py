@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.algorithms import ClientUpdate
+from emulator.aggregation.partial import Folding
 from emulator.algorithms.base import RoundKind, RoundPlan
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.runtime.grouping import group_jobs
@@ -38,22 +38,30 @@ class SynchronousEngine:
             wait_for_all=plan.wait_for_all, secure=world.secure(r)))
         devices, counts = distinct_in_draw_order(outcome.reported)
         jobs = self._jobs(r, devices, counts)  # before aggregation starts: the hooks see the round's start
-        updates: list[ClientUpdate] = []
+        stats = []
+        folding = self._folding()
+        if folding is not None:  # the runners fold their updates: one partial sum a task travels
+            def partials():
+                for partial in self._trained(jobs, folding):
+                    stats.extend(partial.stats)
+                    yield partial.mean
 
-        def streamed():  # colluders agree on one update: the round's updates are all in before they send it
-            hostile = world.adversaries
-            trained = self._trained(jobs)
-            for update in trained if hostile is None else hostile.colluded(trained):
-                update = world.upload.encode(update, r, (r, update.device))
-                updates.append(update)
-                yield update
+            world.params = algorithm.aggregate_partials(world.params, partials(), r)
+        else:
+            def streamed():  # colluders agree on one update: the round's updates are all in before they send it
+                hostile = world.adversaries
+                trained = (update for group in self._trained(jobs) for update in group)
+                for update in trained if hostile is None else hostile.colluded(trained):
+                    update = world.upload.encode(update, r, (r, update.device))
+                    stats.append(update.stats)
+                    yield update
 
-        world.params = algorithm.aggregate(world.params, streamed(), r)
+            world.params = algorithm.aggregate(world.params, streamed(), r)
         operations = algorithm.server_operations()
         if world.server_samples_this_round or operations:  # server learning (FSL), a robust rule: time too
             outcome.server_compute_s = world.system.charge_server(world.server_samples_this_round, operations)
             outcome.end_s = world.system.now_s
-        return PlayedRound(plan, outcome, devices, counts, [u.stats for u in updates], aggregated=devices,
+        return PlayedRound(plan, outcome, devices, counts, stats, aggregated=devices,
                            events=[(r, t, d, e) for t, d, e in outcome.events])
 
     def _jobs(self, r: int, devices: np.ndarray, counts: np.ndarray) -> list[DeviceJob]:
@@ -65,8 +73,17 @@ class SynchronousEngine:
                           None if hostile is None else hostile.attack_of(int(d)), torch_seed(seed, "attack", r))
                 for d, c in zip(devices, counts)]
 
-    def _trained(self, jobs: list[DeviceJob]):
-        """The jobs' updates, trained on the runners, in draw order."""
+    def _folding(self) -> Folding | None:
+        """The algorithm's rule for folding updates on the runners, unless something on the server must
+        see each update: the uplink's per-report work (DP clipping, compression) or colluding attackers."""
+        world = self.world
+        if world.upload.per_report or (world.adversaries is not None and world.adversaries.collude):
+            return None
+        return world.algorithm.partial_fold()
+
+    def _trained(self, jobs: list[DeviceJob], folding: Folding | None = None):
+        """What the runners send back for each group of jobs, in draw order: its updates, or their partial
+        sum given `folding`."""
         world = self.world
         runtime, pool = world.scenario.runtime, world.pool
         groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(pool.runners), world.model_bytes,
@@ -76,8 +93,8 @@ class SynchronousEngine:
         params_ref = world.params_ref()
         with world.device_cost.timing(len(jobs), len(pool.runners)):
             for group in pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
-                    world.run, params_ref, group, runtime.vectorise)):
-                yield from group
+                    world.run, params_ref, group, runtime.vectorise, folding)):
+                yield group
 
     def _server_round(self, r: int, plan: RoundPlan) -> PlayedRound:
         world = self.world

@@ -65,6 +65,11 @@ class UploadPipeline:
         return self.scheme.kind != "none"
 
     @property
+    def per_report(self) -> bool:
+        """Whether each report passes through `encode` on the server (DP clipping, compression)."""
+        return self.dp is not None or self.compressed
+
+    @property
     def columns(self) -> tuple[str, ...]:
         return (PRIVACY_COLUMNS if self.dp is not None else ()) + (COMPRESSION_COLUMNS if self.compressed else ())
 

@@ -1,0 +1,237 @@
+"""Where a round's time goes, beside a plain loop measured in the same command: training, what crosses Ray's
+object store, the server's own work; and a sweep of quickstart runs as a whole.
+
+(a) `scenarios/cluster/population_100k.yaml` as shipped (10^5 devices, 1000 reports a round, the 200-200 MLP on
+    60 features, one runner per core, the server in the driver), for --rounds rounds without evaluation or
+    checkpoints. In the driver this script counts what the runners send back (the pickled size of every
+    result fetched: Ray serialises the same buffers) and what the server puts for them, and the seconds the
+    server waits for results. Training is the plain loop's: one process a runner, side by side, one torch
+    thread each, each training its share of the round's devices drawn from the same federation as the
+    emulator trains them (10 SGD steps of batch 32): what a round's training takes on this machine's cores
+    (two processes at once run slower than one alone: shared caches, SMT siblings). The rest of a round
+    is "outside training": the object store, the server's Python, the system model, the runners' own
+    overheads.
+(b) `emulator sweep scenarios/quickstart.yaml --seeds 4` as a whole process (Ray start, 4 runs of 60 rounds
+    side by side, the report), wall clock.
+
+--before DIR runs both with the emulator imported from DIR as well (e.g. `git archive <commit> emulator |
+tar -x -C DIR`), interleaved, so a change is measured against the code before it on the same machine.
+
+    .venv/bin/python benchmarks/round_costs.py [--rounds 5] [--repeat 2] [--before DIR] [--only a b]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pickle
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+POPULATION = ROOT / "scenarios" / "cluster" / "population_100k.yaml"
+QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+
+
+# ------------------------------------------------------------------------------------------ children
+def population_child(rounds: int, out: str) -> None:
+    """Runs population_100k in this process (the emulator from PYTHONPATH); prints one JSON line."""
+    from emulator.driver import run_scenario
+    from emulator.parts import load_scenario
+    from emulator.runtime import inline
+
+    tally = {"fetched": 0, "put": 0, "wait_s": 0.0}
+    get, put, wait = inline.get, inline.put, inline.wait
+
+    def counting_get(ref):
+        value = get(ref)
+        tally["fetched"] += len(pickle.dumps(value, protocol=5))
+        return value
+
+    def counting_put(value, *args, **kwargs):
+        tally["put"] += len(pickle.dumps(value, protocol=5))
+        return put(value, *args, **kwargs)
+
+    def timed_wait(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return wait(*args, **kwargs)
+        finally:
+            tally["wait_s"] += time.perf_counter() - start
+
+    inline.get, inline.put, inline.wait = counting_get, counting_put, timed_wait
+    marks = []
+
+    def on_round(row: dict) -> None:
+        marks.append((time.perf_counter(), dict(tally), int(row.get("participants") or 0)))
+
+    scenario = load_scenario(POPULATION, [f"rounds={rounds}", "evaluation.every=100000",
+                                          "output.checkpoint_every=100000", f"runtime.runners={os.cpu_count()}"])
+    result = run_scenario(scenario, out, on_round=on_round)
+    (t0, first, _), (t1, last, _) = marks[0], marks[-1]  # round 1 warms up: rounds 2.. are measured
+    n = len(marks) - 1
+    print(json.dumps({"status": result.summary["status"], "round_s": (t1 - t0) / n,
+                      "fetched_per_round": (last["fetched"] - first["fetched"]) / n,
+                      "put_per_round": (last["put"] - first["put"]) / n,
+                      "wait_s": (last["wait_s"] - first["wait_s"]) / n,
+                      "participants": statistics.mean(p for _, _, p in marks[1:]), "runners": os.cpu_count()}))
+
+
+def plain_child(devices: int, repeat: int) -> None:
+    """The plain loop: `devices` devices of population_100k's federation trained one after another, as the
+    emulator trains them (10 SGD steps of batch 32 from one global model); prints the seconds a round."""
+    import numpy as np
+    import torch
+    import torch.nn.functional as F
+
+    from emulator import params as param_vector
+    from emulator.data import federation_for
+    from emulator.models.zoo import build_model
+    from emulator.parts import load_scenario
+
+    torch.set_num_threads(1)
+    scenario = load_scenario(POPULATION)
+    federation = federation_for(scenario.data, scenario.population.devices, scenario.seed)
+    train, algorithm = federation.train, scenario.algorithm
+    model = build_model("mlp", train.input_shape, train.num_classes, 0)
+    start_params = param_vector.flatten(model)
+    rng, generator = np.random.default_rng(0), torch.Generator().manual_seed(0)
+    times = []
+    for _ in range(repeat):
+        chosen = rng.choice(federation.num_devices, devices, replace=False)
+        begin = time.perf_counter()
+        for device in chosen:
+            x, y = train.tensors(federation.device_samples(int(device)))
+            param_vector.load(model, start_params)
+            optimizer = torch.optim.SGD(model.parameters(), lr=algorithm.client_lr)
+            n = len(y)
+            batch = min(algorithm.batch_size, n)
+            order, position = torch.randperm(n, generator=generator), 0
+            for _ in range(algorithm.local_steps):
+                if position >= n:
+                    order, position = torch.randperm(n, generator=generator), 0
+                index = order[position:position + batch]
+                position += batch
+                loss = F.cross_entropy(model(x[index]), y[index])
+                optimizer.zero_grad(set_to_none=True)
+                loss.backward()
+                optimizer.step()
+            param_vector.flatten(model)
+        times.append(time.perf_counter() - begin)
+    print(json.dumps({"train_s": min(times), "model_bytes": int(start_params.nbytes)}))
+
+
+# ------------------------------------------------------------------------------------------ parent
+def _env(source: str | None) -> dict:
+    env = dict(os.environ, PYTHONWARNINGS="ignore")
+    if source is not None:
+        env["PYTHONPATH"] = os.pathsep.join([str(Path(source).resolve())] + env.get("PYTHONPATH", "").split(os.pathsep))
+    return env
+
+
+def _json_child(args: list[str], source: str | None) -> dict:
+    done = subprocess.run([sys.executable, __file__, *args], env=_env(source), capture_output=True, text=True)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode or not lines:
+        raise SystemExit(f"child {args} failed:\n{done.stderr[-3000:]}")
+    return json.loads(lines[-1])
+
+
+def _plain_side_by_side(reports: int, runners: int) -> list[dict]:
+    """`runners` plain loops at once, one per runner, each training its share of the round's devices: the
+    training a round holds on this machine (side by side they share caches, memory and SMT siblings as the
+    runners do, which one loop alone would not show)."""
+    children = [subprocess.Popen([sys.executable, __file__, "--child", "plain", "--devices", str(reports // runners),
+                                  "--repeat", "3"], env=_env(None), stdout=subprocess.PIPE, text=True)
+                for _ in range(runners)]
+    results = []
+    for child in children:
+        out, _ = child.communicate()
+        lines = [line for line in out.splitlines() if line.startswith("{")]
+        if child.returncode or not lines:
+            raise SystemExit("a plain loop failed")
+        results.append(json.loads(lines[-1]))
+    return results
+
+
+def _sweep_seconds(source: str | None, rounds: int) -> float:
+    with tempfile.TemporaryDirectory() as out:
+        start = time.perf_counter()
+        done = subprocess.run([sys.executable, "-m", "emulator", "sweep", str(QUICKSTART), "--seeds", "4", "--quiet",
+                               "--set", f"rounds={rounds}", "--out", str(Path(out) / "sweep")], env=_env(source),
+                              capture_output=True, text=True, cwd=out)
+        seconds = time.perf_counter() - start
+    if done.returncode:
+        raise SystemExit(f"the sweep failed:\n{done.stderr[-3000:]}")
+    return seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--child", choices=["population", "plain"], help=argparse.SUPPRESS)
+    parser.add_argument("--devices", type=int, default=1000, help=argparse.SUPPRESS)
+    parser.add_argument("--rounds", type=int, default=5, help="population_100k rounds a run (the first is not counted)")
+    parser.add_argument("--sweep-rounds", type=int, default=60, help="rounds of each quickstart run in (b)")
+    parser.add_argument("--repeat", type=int, default=2, help="runs of each contender, interleaved (median)")
+    parser.add_argument("--before", metavar="DIR", help="also measure the emulator imported from DIR")
+    parser.add_argument("--only", nargs="+", choices=["a", "b"], default=["a", "b"])
+    args = parser.parse_args()
+    if args.child == "population":
+        with tempfile.TemporaryDirectory() as out:
+            population_child(args.rounds, out)
+        return
+    if args.child == "plain":
+        plain_child(args.devices, args.repeat)
+        return
+
+    contenders = {"this tree": None} | ({f"before ({args.before})": args.before} if args.before else {})
+    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} cores; {_cpu_name()}")
+    if "a" in args.only:
+        runs: dict[str, list[dict]] = {name: [] for name in contenders}
+        for _ in range(args.repeat):
+            for name, source in contenders.items():
+                runs[name].append(_json_child(["--child", "population", "--rounds", str(args.rounds)], source))
+        reports = round(statistics.mean(r["participants"] for rs in runs.values() for r in rs))
+        runners = next(iter(runs.values()))[0]["runners"]
+        plain = _plain_side_by_side(reports, runners)
+        model, training = plain[0]["model_bytes"], max(p["train_s"] for p in plain)
+        print(f"\n(a) population_100k, {reports} reports a round, {runners} runners, model {model / 1e6:.3f} MB; "
+              f"training: {runners} plain loops side by side, {reports // runners} devices each, {training:.2f} s")
+        print("| contender | round s | training s | outside training s | server waits s | from runners MB "
+              "| in models | put MB |")
+        print("|---|---|---|---|---|---|---|---|")
+        for name, rs in runs.items():
+            r = {k: statistics.median(x[k] for x in rs) for k in ("round_s", "fetched_per_round", "put_per_round",
+                                                                   "wait_s")}
+            print(f"| {name} | {r['round_s']:.2f} | {training:.2f} | {r['round_s'] - training:.2f} | {r['wait_s']:.2f} "
+                  f"| {r['fetched_per_round'] / 1e6:.1f} | {r['fetched_per_round'] / model:.1f} "
+                  f"| {r['put_per_round'] / 1e6:.2f} |")
+    if "b" in args.only:
+        seconds: dict[str, list[float]] = {name: [] for name in contenders}
+        for _ in range(args.repeat):
+            for name, source in contenders.items():
+                seconds[name].append(_sweep_seconds(source, args.sweep_rounds))
+        print(f"\n(b) emulator sweep quickstart --seeds 4 ({args.sweep_rounds} rounds each), whole process, "
+              f"median of {args.repeat}")
+        print("| contender | seconds |\n|---|---|")
+        for name, values in seconds.items():
+            print(f"| {name} | {statistics.median(values):.1f} |")
+
+
+def _cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown CPU"
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,110 @@
+"""Exact sums of float vectors: fixed-point integers that add the same in any order and any grouping.
+
+Float addition rounds at every step, so a float sum's last bits depend on the order and the grouping of its
+terms. Runners that fold their devices' updates into partial sums, merged by the server, would then change
+a run's numbers with the runner count. Integers add exactly, so here each term is rounded once, on its own,
+to a multiple of 2^-48 and accumulated in two int64 limbs (as secure aggregation sums fixed-point numbers):
+
+- the high limb counts units of 2^-16 (each term's nearest multiple of 2^-16),
+- the low limb counts units of 2^-48 (what the high limb left, |remainder| <= 2^-17, to its nearest 2^-48).
+
+A term's rounding (at most 2^-49) is its own, whatever else is summed, so a sum of partial sums equals the
+sum of the terms in any order; float32 updates scaled by integer weights (sample counts) are represented to
+well below their own last bit. The range: a term up to 2^35 (3.4e10) in magnitude, a sum up to 2^46 (an
+overflow is never silent: the sum reads as NaN, and a run that takes it says it diverged). Non-finite
+terms (a diverged device) add as floats do: inf stays inf, inf - inf and NaN give NaN.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+HIGH_BITS = 16  # the high limb's unit: 2^-16
+LOW_BITS = 32  # the low limb's unit: 2^-(16 + 32)
+# x + _MAGIC rounds x to the nearest integer (half to even) for |x| < 2^51, and the sum's bits, less _MAGIC's,
+# are that integer; x + _LOW_MAGIC does the same in units of 2^-32 for |x| < 2^19
+_MAGIC = 1.5 * 2.0 ** 52
+_MAGIC_BITS = int(np.float64(_MAGIC).view(np.int64))
+_LOW_MAGIC = 1.5 * 2.0 ** (52 - LOW_BITS)
+_LOW_MAGIC_BITS = int(np.float64(_LOW_MAGIC).view(np.int64))
+_TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^35 as a number) beyond this cannot be split exactly
+_BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
+
+
+class ExactSum:
+    """A running exact sum of float vectors of one length; `merge` adds another such sum."""
+
+    def __init__(self, size: int):
+        self.high = np.zeros(size, dtype=np.int64)
+        self.low = np.zeros(size, dtype=np.int64)
+        self.bound = 0  # sum over the terms of ceil(max |term|) in high units, a Python int (exact, any order)
+        self.nonfinite: np.ndarray | None = None  # the non-finite terms' entries summed as floats (NaN, +-inf)
+
+    def __len__(self) -> int:
+        return len(self.high)
+
+    def add(self, vector: np.ndarray, scale: float = 1.0) -> None:
+        """Add scale * vector (float32 or float64; the product is rounded once, in float64)."""
+        y = np.multiply(vector, scale * 2.0 ** HIGH_BITS, dtype=np.float64)
+        top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
+        if not top < _TERM_LIMIT:  # NaN, inf or too large: those entries add as floats
+            y = self._set_aside(y)
+            top = float(np.max(np.abs(y))) if len(y) else 0.0
+        self.bound += int(np.ceil(top)) + 1
+        rounded = y + _MAGIC  # its bits hold the nearest integer
+        self.high += rounded.view(np.int64) - _MAGIC_BITS
+        rounded -= _MAGIC  # that integer as a float (exact)
+        y -= rounded  # the remainder, exactly: |y| <= 1/2
+        y += _LOW_MAGIC  # rounded to a multiple of 2^-32, which its bits now count
+        bits = y.view(np.int64)
+        bits -= _LOW_MAGIC_BITS
+        self.low += bits
+
+    def _set_aside(self, y: np.ndarray) -> np.ndarray:
+        """Moves the entries the limbs cannot hold into `nonfinite` (as infinities of their sign when finite
+        but too large: beyond the range, like a float overflow); returns y with those entries zeroed."""
+        wild = ~(np.abs(y) < _TERM_LIMIT)
+        values = np.where(wild, np.where(np.isnan(y), np.nan, np.sign(y) * np.inf), 0.0)
+        with np.errstate(invalid="ignore"):  # inf - inf is NaN here, as in a float sum
+            self.nonfinite = values if self.nonfinite is None else self.nonfinite + values
+        return np.where(wild, 0.0, y)
+
+    def merge(self, other: "ExactSum") -> None:
+        if len(other) != len(self):
+            raise ValueError(f"cannot merge a sum of {len(other)} values into one of {len(self)}")
+        self.high += other.high
+        self.low += other.low
+        self.bound += other.bound
+        if other.nonfinite is not None:
+            with np.errstate(invalid="ignore"):
+                self.nonfinite = other.nonfinite.copy() if self.nonfinite is None else self.nonfinite + other.nonfinite
+
+    def _canonical(self) -> None:
+        """The low limb in [0, 2^32), its carry in the high limb: one representation for each exact value."""
+        carry = self.low >> LOW_BITS
+        self.high += carry
+        self.low -= carry << LOW_BITS
+
+    def value(self) -> np.ndarray:
+        """The sum as float64 (the exact value, rounded once it is read: the same whatever the order)."""
+        if self.bound >= _BOUND_LIMIT:  # the limbs may have wrapped around: no number can be trusted
+            return np.full(len(self), np.nan)
+        self._canonical()
+        total = self.low.astype(np.float64) * 2.0 ** -LOW_BITS
+        total += self.high.astype(np.float64)
+        total *= 2.0 ** -HIGH_BITS
+        if self.nonfinite is not None:
+            with np.errstate(invalid="ignore"):
+                total += self.nonfinite  # finite + inf = inf; the zeros elsewhere change nothing
+        return total
+
+    def __getstate__(self) -> dict:
+        """Compact on the wire: after the carry the low limb fits 32 bits, and the high one mostly does."""
+        self._canonical()
+        small = len(self.high) == 0 or int(np.max(np.abs(self.high))) < 2 ** 31
+        return {"high": self.high.astype(np.int32) if small else self.high, "low": self.low.astype(np.uint32),
+                "bound": self.bound, "nonfinite": self.nonfinite}
+
+    def __setstate__(self, state: dict) -> None:
+        self.high = state["high"].astype(np.int64)
+        self.low = state["low"].astype(np.int64)
+        self.bound, self.nonfinite = state["bound"], state["nonfinite"]

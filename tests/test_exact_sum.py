@@ -1,0 +1,94 @@
+"""Exact sums (aggregation/exact.py) and the weighted mean built on them: the same bits in any order and any
+grouping, which is what lets runners fold updates before the server merges them."""
+from __future__ import annotations
+
+import math
+import pickle
+
+import numpy as np
+import pytest
+
+from emulator.aggregation.exact import ExactSum
+from emulator.aggregation.mean import WeightedMean
+
+
+def _terms(count=60, size=500, seed=0):
+    rng = np.random.default_rng(seed)
+    vectors = [rng.normal(0, 10.0 ** rng.uniform(-6, 1), size).astype(np.float32) for _ in range(count)]
+    weights = [float(w) for w in rng.integers(1, 5000, count)]
+    return vectors, weights
+
+
+def _folded(vectors, weights, order, cuts) -> WeightedMean:
+    """The terms added in `order`, cut into partial means at `cuts`, each pickled (as it travels) and merged."""
+    total = WeightedMean(len(vectors[0]))
+    for part in np.split(np.asarray(order), cuts):
+        partial = WeightedMean(len(vectors[0]))
+        for i in part:
+            partial.add(vectors[i], weights[i])
+        total.merge(pickle.loads(pickle.dumps(partial)))
+    return total
+
+
+def test_a_sum_is_the_same_in_any_order_and_any_grouping():
+    vectors, weights = _terms()
+    rng = np.random.default_rng(1)
+    reference = _folded(vectors, weights, range(len(vectors)), [])
+    for _ in range(10):
+        cuts = sorted(rng.choice(np.arange(1, len(vectors)), rng.integers(0, 12), replace=False))
+        other = _folded(vectors, weights, rng.permutation(len(vectors)), cuts)
+        assert np.array_equal(other.total, reference.total)
+        assert np.array_equal(other.mean(), reference.mean())
+        assert other.weight == reference.weight and other.count == reference.count == len(vectors)
+    # a float64 running sum does depend on the order: the property is not free
+    floats = [sum(w * v.astype(np.float64) for v, w in zip(vectors[::s], weights[::s])) for s in (1, -1)]
+    assert not np.array_equal(*floats)
+
+
+def test_the_exact_sum_is_the_true_sum_to_far_below_a_float32_update_s_last_bit():
+    vectors, weights = _terms()
+    total = _folded(vectors, weights, range(len(vectors)), []).total
+    for j in range(0, len(vectors[0]), 37):
+        true = math.fsum(w * float(v[j]) for v, w in zip(vectors, weights))  # correctly rounded
+        assert abs(total[j] - true) <= len(vectors) * 2.0 ** -49 + abs(true) * 2.0 ** -52
+
+
+def test_weights_add_exactly_whatever_their_order():
+    mean_a, mean_b = WeightedMean(3), WeightedMean(3)
+    for w in (0.1, 0.2, 0.3, 1e-9):
+        mean_a.add(np.ones(3, np.float32), w)
+    for w in (1e-9, 0.3, 0.2, 0.1):
+        mean_b.add(np.ones(3, np.float32), w)
+    assert mean_a.weight == mean_b.weight
+    assert np.array_equal(mean_a.mean(), mean_b.mean())
+
+
+def test_non_finite_terms_add_as_floats_do_and_an_overflow_is_not_silent():
+    sums = ExactSum(4)
+    sums.add(np.array([np.inf, 1.0, np.nan, -np.inf]))
+    sums.add(np.array([np.inf, 2.0, 1.0, np.inf]))
+    value = sums.value()
+    assert value[0] == np.inf and value[1] == 3.0 and np.isnan(value[2]) and np.isnan(value[3])
+    huge = ExactSum(2)
+    huge.add(np.array([1e12, 1.0]))  # beyond one term's range: read as an overflow, like a float's
+    assert huge.value()[0] == np.inf and huge.value()[1] == 1.0
+    many = ExactSum(1)
+    for _ in range(5000):  # each term in range, their sum (8.6e13) beyond it
+        many.add(np.array([2.0 ** 34]))
+    assert np.isnan(many.value()).all()
+
+
+def test_a_partial_travels_in_eight_bytes_a_value_while_its_sums_stay_below_2_to_the_15():
+    rng = np.random.default_rng(2)
+    vectors = [rng.normal(0, 0.05, 10_000).astype(np.float32) for _ in range(20)]
+    partial = _folded(vectors, [100.0] * 20, range(20), [])
+    assert len(pickle.dumps(partial)) < 8.1 * 10_000
+    vectors[0][0] = 2.0 ** 15 / 100  # beyond: the high limb travels whole
+    assert len(pickle.dumps(_folded(vectors, [100.0] * 20, range(20), []))) > 12 * 10_000
+
+
+def test_merging_refuses_a_mean_whose_total_was_set_from_outside():
+    released = WeightedMean(2)
+    released.total = np.ones(2)
+    with pytest.raises(ValueError, match="set from outside"):
+        WeightedMean(2).merge(released)
