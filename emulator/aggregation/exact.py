@@ -30,6 +30,11 @@ _TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^35 as a number) beyond this c
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
 
 
+def _wrapped(value: int) -> np.int64:
+    """A Python integer as the int64 it is congruent to modulo 2^64."""
+    return np.int64((value + 2 ** 63) % 2 ** 64 - 2 ** 63)
+
+
 class ExactSum:
     """A running exact sum of float vectors of one length; `merge` adds another such sum."""
 
@@ -38,6 +43,7 @@ class ExactSum:
         self.low = np.zeros(size, dtype=np.int64)
         self.bound = 0  # sum over the terms of ceil(max |term|) in high units, a Python int (exact, any order)
         self.nonfinite: np.ndarray | None = None  # the non-finite terms' entries summed as floats (NaN, +-inf)
+        self.terms = 0  # vectors added since the limbs last lost their offsets (see _canonical)
 
     def __len__(self) -> int:
         return len(self.high)
@@ -50,14 +56,13 @@ class ExactSum:
             y = self._set_aside(y)
             top = float(np.max(np.abs(y))) if len(y) else 0.0
         self.bound += int(np.ceil(top)) + 1
-        rounded = y + _MAGIC  # its bits hold the nearest integer
-        self.high += rounded.view(np.int64) - _MAGIC_BITS
+        rounded = y + _MAGIC  # its bits hold the nearest integer, plus _MAGIC_BITS (taken off when read)
+        self.high += rounded.view(np.int64)  # int64 wraps around: the offsets come off exactly, modulo 2^64
         rounded -= _MAGIC  # that integer as a float (exact)
         y -= rounded  # the remainder, exactly: |y| <= 1/2
-        y += _LOW_MAGIC  # rounded to a multiple of 2^-32, which its bits now count
-        bits = y.view(np.int64)
-        bits -= _LOW_MAGIC_BITS
-        self.low += bits
+        y += _LOW_MAGIC  # rounded to a multiple of 2^-32, which its bits now count, plus _LOW_MAGIC_BITS
+        self.low += y.view(np.int64)
+        self.terms += 1
 
     def _set_aside(self, y: np.ndarray) -> np.ndarray:
         """Moves the entries the limbs cannot hold into `nonfinite` (as infinities of their sign when finite
@@ -73,13 +78,20 @@ class ExactSum:
             raise ValueError(f"cannot merge a sum of {len(other)} values into one of {len(self)}")
         self.high += other.high
         self.low += other.low
+        self.terms += other.terms
         self.bound += other.bound
         if other.nonfinite is not None:
             with np.errstate(invalid="ignore"):
                 self.nonfinite = other.nonfinite.copy() if self.nonfinite is None else self.nonfinite + other.nonfinite
 
     def _canonical(self) -> None:
-        """The low limb in [0, 2^32), its carry in the high limb: one representation for each exact value."""
+        """The low limb in [0, 2^32), its carry in the high limb: one representation for each exact value.
+        Each term added its rounding offsets too (the magic constants' bits); they come off here, in int64
+        arithmetic modulo 2^64, which is exact since the true limbs are in range."""
+        if self.terms:
+            self.high -= _wrapped(self.terms * _MAGIC_BITS)
+            self.low -= _wrapped(self.terms * _LOW_MAGIC_BITS)
+            self.terms = 0
         carry = self.low >> LOW_BITS
         self.high += carry
         self.low -= carry << LOW_BITS
@@ -107,4 +119,4 @@ class ExactSum:
     def __setstate__(self, state: dict) -> None:
         self.high = state["high"].astype(np.int64)
         self.low = state["low"].astype(np.int64)
-        self.bound, self.nonfinite = state["bound"], state["nonfinite"]
+        self.bound, self.nonfinite, self.terms = state["bound"], state["nonfinite"], 0
