@@ -68,7 +68,7 @@ class ExactSum:
         """Moves the entries the limbs cannot hold into `nonfinite` (as infinities of their sign when finite
         but too large: beyond the range, like a float overflow); returns y with those entries zeroed."""
         wild = ~(np.abs(y) < _TERM_LIMIT)
-        values = np.where(wild, np.where(np.isnan(y), np.nan, np.sign(y) * np.inf), 0.0)
+        values = np.where(wild, np.where(np.isnan(y), np.nan, np.copysign(np.inf, y)), 0.0)
         with np.errstate(invalid="ignore"):  # inf - inf is NaN here, as in a float sum
             self.nonfinite = values if self.nonfinite is None else self.nonfinite + values
         return np.where(wild, 0.0, y)
