@@ -43,9 +43,7 @@ class WeightedMean:
     @property
     def total(self) -> np.ndarray:
         """The weighted sum, float64."""
-        if self._total is None:
-            self._total = self._sum.value()
-        return self._total
+        return self._sum.value() if self._total is None else self._total
 
     @total.setter
     def total(self, value: np.ndarray) -> None:
