@@ -4,8 +4,8 @@ object store, the server's own work; and a sweep of quickstart runs as a whole.
 (a) `scenarios/cluster/population_100k.yaml` as shipped (10^5 devices, 1000 reports a round, the 200-200 MLP on
     60 features, one runner per core, the server in the driver), for --rounds rounds without evaluation or
     checkpoints. In the driver this script counts what the runners send back (the pickled size of every
-    result fetched: Ray serialises the same buffers) and what the server puts for them, and the seconds the
-    server waits for results. Training is the plain loop's: one process a runner, side by side, one torch
+    training result fetched: Ray serialises the same buffers), what the server puts for them, the server's
+    own replies to the driver apart, and the seconds the server waits for results. Training is the plain loop's: one process a runner, side by side, one torch
     thread each, each training its share of the round's devices drawn from the same federation as the
     emulator trains them (10 SGD steps of batch 32): what a round's training takes on this machine's cores
     (two processes at once run slower than one alone: shared caches, SMT siblings). The rest of a round
@@ -36,6 +36,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POPULATION = ROOT / "scenarios" / "cluster" / "population_100k.yaml"
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+# what a runner's training sends back, in the trees measured: updates, a task's receipt, a round's held sum
+RUNNER_RESULTS = {"ClientUpdate", "FoldReceipt", "HeldSum", "PartialSum"}
 
 
 # ------------------------------------------------------------------------------------------ children
@@ -45,12 +47,14 @@ def population_child(rounds: int, out: str) -> None:
     from emulator.parts import load_scenario
     from emulator.runtime import inline
 
-    tally = {"fetched": 0, "put": 0, "wait_s": 0.0}
+    tally = {"fetched": 0, "other": 0, "put": 0, "wait_s": 0.0}
     get, put, wait = inline.get, inline.put, inline.wait
 
     def counting_get(ref):
         value = get(ref)
-        tally["fetched"] += len(pickle.dumps(value, protocol=5))
+        first = value[0] if isinstance(value, list) and value else value
+        from_runner = type(first).__name__ in RUNNER_RESULTS  # the server's own replies are counted apart
+        tally["fetched" if from_runner else "other"] += len(pickle.dumps(value, protocol=5))
         return value
 
     def counting_put(value, *args, **kwargs):
@@ -77,6 +81,7 @@ def population_child(rounds: int, out: str) -> None:
     n = len(marks) - 1
     print(json.dumps({"status": result.summary["status"], "round_s": (t1 - t0) / n,
                       "fetched_per_round": (last["fetched"] - first["fetched"]) / n,
+                      "other_per_round": (last["other"] - first["other"]) / n,
                       "put_per_round": (last["put"] - first["put"]) / n,
                       "wait_s": (last["wait_s"] - first["wait_s"]) / n,
                       "participants": statistics.mean(p for _, _, p in marks[1:]), "runners": os.cpu_count()}))
@@ -135,7 +140,11 @@ def _env(source: str | None) -> dict:
 
 
 def _json_child(args: list[str], source: str | None) -> dict:
-    done = subprocess.run([sys.executable, __file__, *args], env=_env(source), capture_output=True, text=True)
+    # in a directory of its own: Ray's workers put the driver's working directory on their path, which would
+    # import this checkout's emulator in the runners instead of the one under test
+    with tempfile.TemporaryDirectory() as cwd:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], env=_env(source),
+                              capture_output=True, text=True, cwd=cwd)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
         raise SystemExit(f"child {args} failed:\n{done.stderr[-3000:]}")
@@ -203,14 +212,14 @@ def main() -> None:
         print(f"\n(a) population_100k, {reports} reports a round, {runners} runners, model {model / 1e6:.3f} MB; "
               f"training: {runners} plain loops side by side, {reports // runners} devices each, {training:.2f} s")
         print("| contender | round s | training s | outside training s | server waits s | from runners MB "
-              "| in models | put MB |")
-        print("|---|---|---|---|---|---|---|---|")
+              "| in models | put MB | server's replies MB |")
+        print("|---|---|---|---|---|---|---|---|---|")
         for name, rs in runs.items():
             r = {k: statistics.median(x[k] for x in rs) for k in ("round_s", "fetched_per_round", "put_per_round",
-                                                                   "wait_s")}
+                                                                   "wait_s", "other_per_round")}
             print(f"| {name} | {r['round_s']:.2f} | {training:.2f} | {r['round_s'] - training:.2f} | {r['wait_s']:.2f} "
-                  f"| {r['fetched_per_round'] / 1e6:.1f} | {r['fetched_per_round'] / model:.1f} "
-                  f"| {r['put_per_round'] / 1e6:.2f} |")
+                  f"| {r['fetched_per_round'] / 1e6:.2f} | {r['fetched_per_round'] / model:.1f} "
+                  f"| {r['put_per_round'] / 1e6:.2f} | {r['other_per_round'] / 1e6:.2f} |")
     if "b" in args.only:
         seconds: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(args.repeat):

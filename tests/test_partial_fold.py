@@ -1,4 +1,4 @@
-"""Runners fold their devices' updates into one partial sum a task (aggregation/partial.py): a round's
+"""Runners fold their devices' updates into one sum a round (aggregation/partial.py): a round's
 numbers are those of updates sent one by one, and only algorithms whose round is a plain weighted mean, with
 nothing on the server reading the updates one at a time, fold."""
 from __future__ import annotations
@@ -13,6 +13,7 @@ from emulator.algorithms.fedavg import FedAvg
 from emulator.driver import run_scenario
 from emulator.parts import validate_scenario
 from emulator.runtime.runner import DeviceRunner
+from emulator.server.synchronous import SynchronousEngine
 
 
 @pytest.fixture
@@ -58,10 +59,12 @@ def test_which_rounds_fold(tmp_path, folds, change, folded):
     assert folds == ([1, 2] if folded else [])
 
 
-def test_a_task_sends_one_model_sized_partial_whatever_its_devices():
-    """What crosses the object store from a runner: one partial of 8 bytes a parameter for the whole task."""
+def test_a_runner_sends_one_sum_a_round_whatever_its_tasks_and_only_once():
+    """What crosses the object store from a runner: a small receipt a task, and one sum of 8 bytes a
+    parameter for the whole round, however many tasks and devices it folded."""
     from emulator import params as param_vector
-    from emulator.aggregation.partial import Folding
+    from emulator.aggregation.mean import WeightedMean
+    from emulator.aggregation.partial import Folding, FoldTask
     from emulator.data import federation_for
     from emulator.models.zoo import build_model
     from emulator.runtime.run_context import DeviceJob, RunContext
@@ -73,7 +76,47 @@ def test_a_task_sends_one_model_sized_partial_whatever_its_devices():
     params = param_vector.flatten(model)
     context, runner = RunContext("partial", federation, "mlp", 0), DeviceRunner()
     jobs = [DeviceJob(d, LocalTraining(lr=0.05, batch_size=16, local_steps=2), d) for d in range(12)]
-    one_by_one = [len(pickle.dumps(u)) for u in runner.train_group(context, params, jobs)]
-    folded = [len(pickle.dumps(runner.train_group(context, params, jobs[:n], False, Folding()))) for n in (1, 12)]
-    assert folded[1] < 1.01 * folded[0] < 2.1 * one_by_one[0]  # twice one float32 update, for any group
-    assert sum(one_by_one) > 5 * folded[1]
+    one_by_one = runner.train_group(context, params, jobs)
+    update_bytes = len(pickle.dumps(one_by_one[0]))
+    sizes = {}
+    for ticket, cuts in (("one", [(0, 1)]), ("three", [(0, 4), (4, 8), (8, 12)])):
+        receipts = [runner.train_group(context, params, jobs[a:b], False, FoldTask(Folding(), ticket, i))
+                    for i, (a, b) in enumerate(cuts)]
+        assert all(len(pickle.dumps(receipt)) < 0.05 * update_bytes for receipt in receipts)
+        assert [d for receipt in receipts for d in receipt.devices] == [job.device for job in jobs[:cuts[-1][1]]]
+        held = runner.take_sum(context.key, ticket)
+        assert held.groups == list(range(len(cuts))) and runner.take_sum(context.key, ticket) is None
+        sizes[ticket] = len(pickle.dumps(held))
+    assert sizes["three"] < 1.01 * sizes["one"] < 2.1 * update_bytes  # twice one float32 update, any tasks
+    by_hand = WeightedMean(len(params))
+    Folding().fold_into(by_hand, one_by_one)
+    runner.train_group(context, params, jobs, False, FoldTask(Folding(), "all", 0))
+    assert np.array_equal(runner.take_sum(context.key, "all").mean.mean(), by_hand.mean())
+    assert runner.held_runs() == [context.key]
+    runner.train_group(context, params, jobs[:2], False, FoldTask(Folding(), "forgotten", 0))
+    runner.release(context.key)
+    assert runner.held_runs() == [] and runner.take_sum(context.key, "forgotten") is None
+
+
+def test_a_runner_restarted_holding_its_sum_costs_time_not_results(tmp_path, monkeypatch):
+    """A runner that restarts (a fresh instance, as Ray restarts a dead actor) after folding its groups of
+    a round, before the server took its sum: its groups are trained again, and the run's numbers are
+    those of an uninterrupted one."""
+    raw = small_scenario(**STATEFUL, **{"runtime.runners": 2, "runtime.group_size": 2})
+    reference = run_scenario(validate_scenario(raw), tmp_path / "reference")
+    real_train, tickets, trained_again = SynchronousEngine._train, [], []
+
+    def train_then_restart(self, groups, devices, folds=None):
+        yield from real_train(self, groups, devices, folds)
+        if folds is None:
+            return
+        if folds[0].ticket in tickets:  # the server trains again what a runner lost
+            trained_again.extend(fold.group for fold in folds)
+        elif len(tickets) == 2:  # the third round's training is done: runner 0 restarts, holding nothing
+            self.world.pool.runners[0].obj = DeviceRunner()
+        tickets.append(folds[0].ticket)
+    monkeypatch.setattr(SynchronousEngine, "_train", train_then_restart)
+
+    restarted = run_scenario(validate_scenario(raw), tmp_path / "restarted")
+    assert len(set(tickets)) == 7 and trained_again  # runner 0's groups of round 3 were trained twice
+    assert comparable(restarted.path) == comparable(reference.path)

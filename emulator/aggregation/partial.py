@@ -1,7 +1,8 @@
-"""Updates folded where they are trained: a runner sums its task's updates into one partial mean, and only
-that crosses to the server, which merges the partials (one model-sized message a task instead of one a
-device). The sums are exact (aggregation/exact.py), so a round's mean is the same bit for bit whoever
-folded what: one runner or eight, any group size, Ray or in process, folded or not.
+"""Updates folded where they are trained: a runner sums its tasks' updates into one partial mean that it
+holds through the round, and only that crosses to the server when the round's training is done (one
+message a runner a round, instead of one a device). The sums are exact (aggregation/exact.py), so a
+round's mean is the same bit for bit whoever folded what: one runner or eight, any group size, Ray or in
+process, folded or not.
 """
 from __future__ import annotations
 
@@ -33,20 +34,67 @@ class Folding:
         if self.weighting not in WEIGHTINGS:
             raise ValueError(f"weighting {self.weighting!r}: one of {', '.join(WEIGHTINGS)}")
 
-    def fold(self, updates, size: int) -> "PartialSum":
-        """The updates (ClientUpdate, in job order) as one partial sum, with each one's training stats."""
-        mean = WeightedMean(size)
+    def fold_into(self, mean: WeightedMean, updates) -> None:
+        """Add the updates (ClientUpdate) to `mean`, each with its weight by this rule."""
         for update in updates:
             mean.add(update.delta, update_weight(self.weighting, update.num_samples, update.stats.steps,
                                                  update.multiplicity))
-        return PartialSum(mean, [update.device for update in updates], [update.stats for update in updates])
+
+
+@dataclass(frozen=True)
+class FoldTask:
+    """A task's instruction to fold its updates into the sum its runner holds for the round: the rule,
+    the round's ticket (new for each time a round is played, so a round replayed after a restart never
+    meets the sum of the attempt before) and the task's group number (which groups a held sum covers)."""
+
+    rule: Folding
+    ticket: str
+    group: int
 
 
 @dataclass
-class PartialSum:
-    """A task's updates folded: their weighted sum, and which devices they came from with how each one's
-    training went (in job order: the round's per-device statistics)."""
+class FoldReceipt:
+    """What a folding task sends back: which devices it trained and how each one's training went."""
 
-    mean: WeightedMean
     devices: list[int]
     stats: list
+
+
+@dataclass
+class HeldSum:
+    """A runner's sum of a round's updates, and the groups it holds."""
+
+    mean: WeightedMean
+    groups: list[int]
+
+
+class HeldSums:
+    """The round's sums a runner holds between its tasks, one a run: a task folds into it, the server takes
+    it when the round's training is done. A new ticket for a run replaces what was held for it."""
+
+    def __init__(self):
+        self._held: dict[str, tuple[str, HeldSum]] = {}  # run key -> (ticket, its sum)
+
+    def fold(self, run_key: str, task: FoldTask, updates, size: int) -> FoldReceipt:
+        ticket, held = self._held.get(run_key, (None, None))
+        if ticket != task.ticket:
+            held = HeldSum(WeightedMean(size), [])
+            self._held[run_key] = (task.ticket, held)
+        task.rule.fold_into(held.mean, updates)
+        held.groups.append(task.group)
+        return FoldReceipt([update.device for update in updates], [update.stats for update in updates])
+
+    def take(self, run_key: str, ticket: str) -> HeldSum | None:
+        """The sum held for this round (and forget it); None when this runner holds none (it trained no
+        group of the round, or it restarted and lost it)."""
+        held_ticket, held = self._held.get(run_key, (None, None))
+        if held_ticket != ticket:
+            return None
+        del self._held[run_key]
+        return held
+
+    def forget(self, run_key: str) -> None:
+        self._held.pop(run_key, None)
+
+    def runs(self) -> set[str]:
+        return set(self._held)

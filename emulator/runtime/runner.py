@@ -14,7 +14,7 @@ import ray
 import torch
 
 from emulator import params as param_vector
-from emulator.aggregation.partial import Folding, PartialSum
+from emulator.aggregation.partial import FoldReceipt, FoldTask, HeldSum, HeldSums
 from emulator.algorithms.base import ClientUpdate
 from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
@@ -44,6 +44,7 @@ class DeviceRunner(RunnerEvaluation):
         self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
         self._test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the test set it evaluates on
         self._local_test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the devices' own test splits
+        self._sums = HeldSums()  # the round's folded updates, held between its tasks
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
@@ -129,12 +130,14 @@ class DeviceRunner(RunnerEvaluation):
         self._runs.pop(run_key, None)
         self._test.pop(run_key, None)
         self._local_test.pop(run_key, None)
+        self._sums.forget(run_key)
         if self._on_device.pop(run_key, None) is not None:
             torch.cuda.empty_cache()
 
     def held_runs(self) -> list[str]:
         """The runs whose data and model this runner holds now (what `release` forgets)."""
-        return sorted(set(self._runs) | set(self._on_device) | set(self._test) | set(self._local_test))
+        held = set(self._runs) | set(self._on_device) | set(self._test) | set(self._local_test)
+        return sorted(held | self._sums.runs())
 
     def train(self, run: RunContext | RunHandle, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
         """One device's local training from the global vector; its update."""
@@ -162,16 +165,20 @@ class DeviceRunner(RunnerEvaluation):
         return delta if job.attack is None else job.attack.craft(delta, job.seed, job.attack_seed)
 
     def train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
-                    vectorise: bool = False, folding: Folding | None = None) -> list[ClientUpdate] | PartialSum:
+                    vectorise: bool = False, fold: FoldTask | None = None) -> list[ClientUpdate] | FoldReceipt:
         """A group of devices' updates, in job order, from one call (one Ray task per group, not per device);
-        given `folding`, those updates folded into one partial sum (aggregation/partial.py), which is all
-        that travels back.
+        given `fold`, those updates are added to the round's sum this runner holds (aggregation/partial.py)
+        and only their devices and stats travel back: the server takes the sum once the round is trained.
 
         With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
         updates = self._train_group(run, global_params, jobs, vectorise)
-        return updates if folding is None else folding.fold(updates, len(global_params))
+        return updates if fold is None else self._sums.fold(run.key, fold, updates, len(global_params))
+
+    def take_sum(self, run_key: str, ticket: str) -> HeldSum | None:
+        """The round's folded updates this runner holds (see train_group), then forgotten."""
+        return self._sums.take(run_key, ticket)
 
     def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                      vectorise: bool) -> list[ClientUpdate]:

@@ -2,16 +2,21 @@
 
 A client (or snapshot) round asks the system model for an outcome, trains the devices that reported on
 the runner pool (groups cut in draw order, results in job order), streams their updates through the
-uplink into the algorithm's aggregation, and charges the server's own work to the clock. A server round
-trains on the server's data alone.
+uplink into the algorithm's aggregation, and charges the server's own work to the clock. Where the
+algorithm's round is a weighted mean, the runners fold the updates into sums they hold through the round
+and the server takes one sum a runner at its end (re-training the groups of a runner that restarted and
+lost its sum). A server round trains on the server's data alone.
 """
 from __future__ import annotations
 
+import uuid
+
 import numpy as np
 
-from emulator.aggregation.partial import Folding
+from emulator.aggregation.partial import Folding, FoldTask
 from emulator.algorithms.base import RoundKind, RoundPlan
 from emulator.algorithms.selection import distinct_in_draw_order
+from emulator.runtime import inline
 from emulator.runtime.grouping import group_jobs
 from emulator.runtime.runner import DeviceJob
 from emulator.seeding import rng, torch_seed
@@ -40,13 +45,8 @@ class SynchronousEngine:
         jobs = self._jobs(r, devices, counts)  # before aggregation starts: the hooks see the round's start
         stats = []
         folding = self._folding()
-        if folding is not None:  # the runners fold their updates: one partial sum a task travels
-            def partials():
-                for partial in self._trained(jobs, folding):
-                    stats.extend(partial.stats)
-                    yield partial.mean
-
-            world.params = algorithm.aggregate_partials(world.params, partials(), r)
+        if folding is not None:  # the runners fold their updates: one sum a runner travels, at the end
+            world.params = algorithm.aggregate_partials(world.params, self._folded(jobs, folding, stats), r)
         else:
             def streamed():  # colluders agree on one update: the round's updates are all in before they send it
                 hostile = world.adversaries
@@ -81,20 +81,48 @@ class SynchronousEngine:
             return None
         return world.algorithm.partial_fold()
 
-    def _trained(self, jobs: list[DeviceJob], folding: Folding | None = None):
-        """What the runners send back for each group of jobs, in draw order: its updates, or their partial
-        sum given `folding`."""
-        world = self.world
-        runtime, pool = world.scenario.runtime, world.pool
-        groups = group_jobs(jobs, runtime.group_size, runtime.vectorise, len(pool.runners), world.model_bytes,
-                            world.device_cost.seconds)
+    def _groups(self, jobs: list[DeviceJob]) -> list[list[DeviceJob]]:
+        runtime, world = self.world.scenario.runtime, self.world
+        return group_jobs(jobs, runtime.group_size, runtime.vectorise, len(world.pool.runners), world.model_bytes,
+                          world.device_cost.seconds)
+
+    def _trained(self, jobs: list[DeviceJob]):
+        """Each group's updates, as the runners send them back, in draw order."""
+        yield from self._train(self._groups(jobs), len(jobs))
+
+    def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None):
+        world, vectorise = self.world, self.world.scenario.runtime.vectorise
         if not groups:
             return
-        params_ref = world.params_ref()
-        with world.device_cost.timing(len(jobs), len(pool.runners)):
-            for group in pool.map_ordered(groups, lambda runner, group: runner.train_group.remote(
-                    world.run, params_ref, group, runtime.vectorise, folding)):
-                yield group
+        params_ref, tasks = world.params_ref(), list(range(len(groups)))
+        with world.device_cost.timing(devices, len(world.pool.runners)):
+            yield from world.pool.map_ordered(tasks, lambda runner, i: runner.train_group.remote(
+                world.run, params_ref, groups[i], vectorise, None if folds is None else folds[i]))
+
+    def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list) -> list:
+        """The round's updates as the sums the runners held (WeightedMeans), each device's stats added to
+        `stats` in draw order. A runner that restarted mid-round lost the groups it had folded: they are
+        trained again (same seeds, same updates) until every group is in exactly one sum."""
+        world, groups = self.world, self._groups(jobs)
+        ticket = uuid.uuid4().hex  # this playing of the round: a replay after a restart never meets its sums
+        folds = [FoldTask(rule, ticket, i) for i in range(len(groups))]
+        for receipt in self._train(groups, len(jobs), folds):
+            stats.extend(receipt.stats)
+        sums, missing = [], set(range(len(groups)))
+        for _ in range(3):
+            refs = [runner.take_sum.remote(world.run.key, ticket) for runner in world.pool.runners]
+            for held in filter(None, (inline.get(ref) for ref in refs)):
+                if not set(held.groups) <= missing or len(set(held.groups)) != len(held.groups):
+                    raise RuntimeError(f"a runner's sum holds groups {held.groups}: some of them twice")
+                sums.append(held.mean)
+                missing -= set(held.groups)
+            if not missing:
+                return sums
+            again = sorted(missing)
+            for _ in self._train([groups[i] for i in again], sum(len(groups[i]) for i in again),
+                                 [folds[i] for i in again]):
+                pass
+        raise RuntimeError(f"groups {sorted(missing)} of the round's updates were lost three times over")
 
     def _server_round(self, r: int, plan: RoundPlan) -> PlayedRound:
         world = self.world
