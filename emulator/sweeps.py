@@ -1,9 +1,11 @@
-"""`emulator sweep`: a grid of scenario variants x seeds, run concurrently on one Ray session.
+"""`emulator sweep`: a grid of scenario variants x seeds, run concurrently, then one report.
 
-Every grid point and seed is validated before anything runs. Each run gets its own server actor and run
-directory; all runs share the runner pool, so concurrency fills the runners' idle time (one run
-evaluating while another's devices train) without multiplying the compute. A report compares them at
-the end.
+Every grid point and seed is validated before anything runs. On this machine, runs that need nothing of
+Ray go to worker processes, one a core, each run in process (sweep_workers.py: no Ray start, no task
+round trips, the same metrics). The others (a cluster address, GPU shares, `runtime.backend: ray` set
+in the scenario) run on one Ray session: each gets its own server and run directory and all share the
+runner pool, so concurrency fills the runners' idle time (one run evaluating while another's devices
+train) without multiplying the compute. A report compares them at the end.
 """
 from __future__ import annotations
 
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from emulator import sweep_workers
 from emulator.parts import load_scenario
 from emulator.scenario import Scenario, ScenarioError, parse_override
 
@@ -111,38 +114,50 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
     from emulator.analysis import write_report
     from emulator.driver import run_scenario
     from emulator.runtime.cluster import ray_session
+    from emulator.runtime.interrupts import stop_on_signals
 
     if not isinstance(parallel, int) or isinstance(parallel, bool) or parallel < 1:
         raise ScenarioError(f"parallel={parallel!r}: the number of runs in flight at once, at least 1")
-    in_process = [r for r in runs if r.scenario.runtime.backend == "inline"]
-    if in_process and parallel > 1:  # they share this process's torch state (seeds, threads): one at a time
-        print(f"note: runtime.backend inline: the sweep's runs go one at a time in this process (not {parallel} "
-              "at a time); use backend ray to run them side by side", file=sys.stderr, flush=True)
-        parallel = 1
+    on_ray = [r for r in runs if sweep_workers.needs_ray(r.scenario, address)]
+    local = [r for r in runs if r not in on_ray]
+    for run in local:
+        run.scenario = sweep_workers.in_process(run.scenario)
+    workers = min(parallel, sweep_workers.usable_cores(), len(local))
+    if local:
+        print(f"note: {len(local)} of the sweep's runs go to {workers} worker processes on this machine, each run "
+              "in process (runtime.backend inline: no Ray, the same metrics); set runtime.backend: ray to run "
+              "them on Ray", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
     result = SweepResult(out, runs)
-    with ray_session(address) if len(in_process) < len(runs) else nullcontext():
-        def one(run: SweepRun) -> SweepRun:
-            try:
-                summary = run_scenario(run.scenario, run.path).summary
-                if summary["status"] != "completed":  # diverged, no progress: it ran, and went wrong
-                    run.error = f"{summary['status']}: {summary.get('error', '')}"
-            except Exception as exc:  # keep going: one broken run must not lose the others
-                run.error = f"{type(exc).__name__}: {exc}"
-            return run
 
-        with ThreadPoolExecutor(max_workers=parallel) as pool:
-            futures = [pool.submit(one, run) for run in runs]
-            for future in as_completed(futures):
-                run = future.result()
-                if on_done:
-                    on_done(run)
+    def record(run: SweepRun, error: str | None) -> None:
+        run.error = error
+        if on_done:
+            on_done(run)
+
+    with ray_session(address) if on_ray else nullcontext(), stop_on_signals(), \
+            ThreadPoolExecutor(max_workers=parallel) as on_ray_threads, \
+            ThreadPoolExecutor(max_workers=max(workers, 1)) as worker_threads, sweep_workers.workers() as worker:
+        futures = {on_ray_threads.submit(_run_on_ray, run_scenario, run): run for run in on_ray}
+        futures.update({worker_threads.submit(lambda r: worker().run(r.scenario, r.path), run): run for run in local})
+        for future in as_completed(futures):
+            record(futures[future], future.result())
     result.failed = [r for r in runs if r.error]
     finished = [r.path for r in runs if not r.error]
     if finished:
         result.report = write_report(finished, out / "report", target=target,
                                      title=f"Sweep {out.name}")
     return result
+
+
+def _run_on_ray(run_scenario, run: SweepRun) -> str | None:
+    try:
+        summary = run_scenario(run.scenario, run.path).summary
+    except Exception as exc:  # keep going: one broken run must not lose the others
+        return f"{type(exc).__name__}: {exc}"
+    if summary["status"] != "completed":  # diverged, no progress: it ran, and went wrong
+        return f"{summary['status']}: {summary.get('error', '')}"
+    return None
 
 
 def default_sweep_dir(path: str | Path, overrides: list[str], plugins: list[str] | None = None) -> Path:
