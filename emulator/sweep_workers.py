@@ -60,7 +60,13 @@ def run_here(scenario: Scenario, path: Path) -> str | None:
             summary = run_scenario(scenario, path, stop=stop).summary
     except BaseException as exc:  # noqa: BLE001  (the worker reports it and takes the next run)
         return f"{type(exc).__name__}: {exc}"
-    if summary["status"] != "completed":  # diverged, no progress: it ran, and went wrong
+    return error_of(summary)
+
+
+def error_of(summary: dict) -> str | None:
+    """A finished run's error as a sweep reports it: None when it completed; a run that diverged or made
+    no progress ran, and went wrong."""
+    if summary["status"] != "completed":
         return f"{summary['status']}: {summary.get('error', '')}"
     return None
 

@@ -155,9 +155,7 @@ def _run_on_ray(run_scenario, run: SweepRun) -> str | None:
         summary = run_scenario(run.scenario, run.path).summary
     except Exception as exc:  # keep going: one broken run must not lose the others
         return f"{type(exc).__name__}: {exc}"
-    if summary["status"] != "completed":  # diverged, no progress: it ran, and went wrong
-        return f"{summary['status']}: {summary.get('error', '')}"
-    return None
+    return sweep_workers.error_of(summary)
 
 
 def default_sweep_dir(path: str | Path, overrides: list[str], plugins: list[str] | None = None) -> Path:
