@@ -80,8 +80,15 @@ class Worker:
         pickle.dump(sys.path, self.process.stdin)  # where the caller found its plugins
 
     def run(self, scenario: Scenario, path: Path) -> str | None:
+        from ray import cloudpickle  # parts defined in a notebook or a script travel by value, as to Ray's actors
+
         try:
-            pickle.dump((scenario, str(path)), self.process.stdin)
+            message = cloudpickle.dumps((scenario, str(path)))
+        except Exception as exc:  # noqa: BLE001  (that run fails alone, saying why)
+            return (f"{type(exc).__name__}: {exc}: the run's scenario cannot be sent to a worker process; set "
+                    "runtime.backend: ray to run it on Ray")
+        try:
+            self.process.stdin.write(message)
             self.process.stdin.flush()
             return pickle.load(self.process.stdout)
         except (EOFError, BrokenPipeError, pickle.UnpicklingError):
