@@ -117,7 +117,8 @@ def workers():
     lock = threading.Lock()
 
     def get() -> Worker:
-        if getattr(local, "worker", None) is None:
+        worker = getattr(local, "worker", None)
+        if worker is None or worker.process.poll() is not None:  # none yet, or it died: a fresh one
             local.worker = Worker()
             with lock:
                 started.append(local.worker)

@@ -124,7 +124,8 @@ def run_sweep(runs: list[SweepRun], out: Path, parallel: int, target: float | No
         run.scenario = sweep_workers.in_process(run.scenario)
     workers = min(parallel, sweep_workers.usable_cores(), len(local))
     if local:
-        print(f"note: {len(local)} of the sweep's runs go to {workers} worker processes on this machine, each run "
+        processes = "1 worker process" if workers == 1 else f"{workers} worker processes"
+        print(f"note: {len(local)} of the sweep's runs go to {processes} on this machine, each run "
               "in process (runtime.backend inline: no Ray, the same metrics); set runtime.backend: ray to run "
               "them on Ray", file=sys.stderr, flush=True)
     out.mkdir(parents=True, exist_ok=True)
