@@ -50,7 +50,7 @@ class SynchronousEngine:
         else:
             def streamed():  # colluders agree on one update: the round's updates are all in before they send it
                 hostile = world.adversaries
-                trained = (update for group in self._trained(jobs) for update in group)
+                trained = (update for group in self._train(self._groups(jobs), len(jobs)) for update in group)
                 for update in trained if hostile is None else hostile.colluded(trained):
                     update = world.upload.encode(update, r, (r, update.device))
                     stats.append(update.stats)
@@ -86,11 +86,8 @@ class SynchronousEngine:
         return group_jobs(jobs, runtime.group_size, runtime.vectorise, len(world.pool.runners), world.model_bytes,
                           world.device_cost.seconds)
 
-    def _trained(self, jobs: list[DeviceJob]):
-        """Each group's updates, as the runners send them back, in draw order."""
-        yield from self._train(self._groups(jobs), len(jobs))
-
     def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None):
+        """What the runners send back for each group (its updates, or a receipt given `folds`), in draw order."""
         world, vectorise = self.world, self.world.scenario.runtime.vectorise
         if not groups:
             return
