@@ -5,6 +5,7 @@ import hashlib
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 
 import pytest
@@ -101,7 +102,26 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: -cost[scope_of(item.nodeid)])  # stable: a scope keeps its order
 
 
+_LAUNCHER: list = []
+
+
+def launcher():
+    """This test worker's pre-imported process (tests/doc_launcher.py), started on first use: an `emulator`
+    command, a Python file or a sweep's worker process runs in a child forked from it, without the seconds of
+    CPU a fresh interpreter spends importing torch, Ray and the emulator. For what a test claims about a
+    command's behaviour, not about a fresh process's start-up (tests of that start real processes)."""
+    if not _LAUNCHER:
+        from doc_launcher import DocLauncher
+
+        folder = SCRATCH / f"launcher-{os.getpid()}"
+        folder.mkdir(exist_ok=True)
+        _LAUNCHER.append(DocLauncher(folder, sys.executable, dict(os.environ)))
+    return _LAUNCHER[0]
+
+
 def pytest_unconfigure(config):
+    for started in _LAUNCHER:
+        started.close()
     if OWN_SCRATCH:
         shutil.rmtree(SCRATCH, ignore_errors=True)
 

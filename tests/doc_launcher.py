@@ -6,9 +6,14 @@ server process per test worker imports them once and forks a child per command: 
 command's argv, working directory, environment and standard streams (passed as file descriptors), runs the
 console script's `main` (or the Python file) and exits with its exit code, as the real process would.
 
-    python tests/doc_launcher.py serve SOCKET            # the server (DocLauncher below starts it)
-    python -S tests/doc_launcher.py cli SOCKET ARGS...   # `emulator ARGS...`, through the server
-    python -S tests/doc_launcher.py script SOCKET FILE   # `python FILE`, through the server
+    python tests/doc_launcher.py serve SOCKET               # the server (DocLauncher below starts it)
+    python -S tests/doc_launcher.py cli SOCKET ARGS...      # `emulator ARGS...`, through the server
+    python -S tests/doc_launcher.py script SOCKET FILE      # `python FILE`, through the server
+    python -S tests/doc_launcher.py module SOCKET NAME ...  # `python -m NAME ...`, through the server
+
+A sweep's worker processes (`python -m emulator.sweep_workers`, started by the sweep with sys.executable)
+come from the server too: in a forked child sys.executable is a small shell script (`python-shim`, written
+by the server) that hands that one command to the server and runs every other one with the real python.
 
 The client runs with `-S` (no site-packages: a few milliseconds) and forwards SIGINT and SIGTERM to the
 child. What a forked child cannot show (a console script's own start-up, Ray starting in a fresh process)
@@ -26,6 +31,8 @@ import sys
 import time
 
 HEADER = struct.Struct("!I")
+FORKED_MODULES = ("emulator.sweep_workers",)  # `python -m NAME` commands the shim hands to the server
+PYTHON = sys.executable  # the real one (a child's sys.executable is the shim)
 PRE_IMPORTED = ("torch", "numpy", "ray", "yaml", "pydantic", "simpy", "matplotlib.pyplot", "emulator.cli",
                 "emulator.driver", "emulator.analysis.report", "emulator.sweeps", "emulator.api")
 
@@ -60,6 +67,7 @@ def serve(path: str) -> None:
     for name in PRE_IMPORTED:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel: no zombies to wait for
+    _write_shim(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
@@ -80,6 +88,32 @@ def serve(path: str) -> None:
         conn.close()
 
 
+def _shim_path(path: str) -> str:
+    return os.path.join(os.path.dirname(path), "python-shim")
+
+
+def _write_shim(path: str) -> None:
+    """sys.executable for the forked children: `python -m` one of FORKED_MODULES through this server, anything
+    else the real python."""
+    real, me = shlex_quote(PYTHON), shlex_quote(os.path.abspath(__file__))
+    cases = "|".join(FORKED_MODULES)
+    shim = _shim_path(path)
+    with open(shim, "w") as handle:
+        handle.write(f"""#!/bin/sh
+if [ "$1" = "-m" ]; then
+  case "$2" in {cases}) shift; exec {real} -S {me} module {shlex_quote(path)} "$@";; esac
+fi
+exec {real} "$@"
+""")
+    os.chmod(shim, 0o755)
+
+
+def shlex_quote(text: str) -> str:
+    import shlex
+
+    return shlex.quote(text)
+
+
 def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
     code = 1
     try:
@@ -95,6 +129,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         _reload_ray_settings()
+        sys.executable = _shim_path(request["socket"])
         _send_json(conn, {"pid": os.getpid()})
         code = _run(request)
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
@@ -140,14 +175,20 @@ def _run(request: dict) -> int:
     """The command, as its own process would run it; its exit status."""
     try:
         if request["mode"] == "cli":  # what the console script .venv/bin/emulator does (cli.entry)
-            sys.argv = [os.path.join(os.path.dirname(sys.executable), "emulator"), *request["args"]]
+            sys.argv = [os.path.join(os.path.dirname(PYTHON), "emulator"), *request["args"]]
             sys.path[0] = os.path.dirname(sys.argv[0])
             from emulator.cli import main
 
             return _status(main())
-        import runpy  # `python FILE`: the file as __main__, its folder first on sys.path
+        import runpy
 
-        script = request["args"][0]
+        if request["mode"] == "module":  # `python -m NAME ARGS...`: the module as __main__, the directory first
+            sys.argv = [request["args"][0], *request["args"][1:]]
+            sys.path[0] = os.getcwd()
+            sys.modules.pop(request["args"][0], None)  # imported by the server: run afresh, as __main__ only
+            runpy.run_module(request["args"][0], run_name="__main__", alter_sys=True)
+            return 0
+        script = request["args"][0]  # `python FILE`: the file as __main__, its folder first on sys.path
         sys.argv = list(request["args"])
         sys.path[0] = os.path.dirname(os.path.abspath(script))  # in place of this file's folder
         runpy.run_path(script, run_name="__main__")
@@ -172,7 +213,8 @@ def _status(value) -> int:
 def client(mode: str, path: str, args: list[str]) -> int:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    _send_json(conn, {"mode": mode, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
+    _send_json(conn, {"mode": mode, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "socket": path},
+               [0, 1, 2])
     child = {}
 
     def forward(signum, _frame):

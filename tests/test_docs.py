@@ -64,7 +64,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from doc_launcher import DocLauncher
+from conftest import launcher
 from emulator.data.vision import DEBIAN_FASHION_MNIST as FMNIST_DIR
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -401,14 +401,6 @@ class DocRunner:
 def doc_runner(tmp_path_factory):
     runners: dict[Path, DocRunner] = {}
     warm = WarmRay(tmp_path_factory.mktemp("doc-ray"))
-    launchers: list[DocLauncher] = []
-
-    def launcher() -> DocLauncher:
-        """The worker's launcher (doc_launcher.py), started with the first block it runs."""
-        if not launchers:
-            launchers.append(DocLauncher(tmp_path_factory.mktemp("doc-launcher"), sys.executable,
-                                         next(iter(runners.values())).env))
-        return launchers[0]
 
     def get(doc: Path) -> DocRunner:
         """The runner of one Markdown file, made (with its working directory) on first use."""
@@ -421,8 +413,6 @@ def doc_runner(tmp_path_factory):
     yield get
     if runners:
         warm.close(next(iter(runners.values())).env)
-    for started in launchers:
-        started.close()
 
 
 def _param(block: Block):

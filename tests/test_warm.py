@@ -4,7 +4,8 @@ Its promises: a run attaches to it and uses its runners and an idle server (no n
 metrics of a cold run bit for bit; nothing of a run stays behind in the warm runners (a run, another, then the
 first again: the same numbers, and the runners hold no run between them); warm actors running other code are
 not used; `emulator down` frees it all, and a stale state file is ignored. Everything runs as the user runs
-it: the CLI in subprocesses, with a state file of the test's own.
+it: the CLI in processes of its own (forked from the test worker's pre-imported process, conftest.launcher),
+with a state file of the test's own.
 """
 from __future__ import annotations
 
@@ -16,22 +17,20 @@ import textwrap
 
 import pytest
 
-from conftest import comparable, small_scenario
+from conftest import comparable, launcher, small_scenario
 from emulator.cli import main
 from emulator.driver import run_scenario
 from emulator.parts import validate_scenario
 from emulator.runtime import warm
 
-EMULATOR = [sys.executable, "-m", "emulator"]
-
-
 def _cli(args: list[str], env: dict, cwd, timeout: int = 300) -> subprocess.CompletedProcess:
-    done = subprocess.run(EMULATOR + args, capture_output=True, text=True, env=env, cwd=cwd, timeout=timeout)
+    done = subprocess.run(launcher().prefix("cli") + args, capture_output=True, text=True, env=env, cwd=cwd,
+                          timeout=timeout)
     assert done.returncode == 0, done.stderr
     return done
 
 
-def _warm_actors(address: str, env: dict) -> tuple[list[tuple[int, list]], list[int]]:
+def _warm_actors(address: str, env: dict, folder) -> tuple[list[tuple[int, list]], list[int]]:
     """(pid, runs held) of each warm runner, and the pids of the idle servers, asked from another driver."""
     code = textwrap.dedent(f"""
         import json, ray
@@ -43,7 +42,10 @@ def _warm_actors(address: str, env: dict) -> tuple[list[tuple[int, list]], list[
         print(json.dumps([[ray.get([r.pid.remote(), r.held_runs.remote()]) for r in runners],
                           warm.idle_server_pids()]))
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+    script = folder / "warm_actors.py"
+    script.write_text(code)
+    done = subprocess.run(launcher().prefix("script") + [str(script)], capture_output=True, text=True, env=env,
+                          timeout=120)
     assert done.returncode == 0, done.stderr
     runners, servers = json.loads(done.stdout.splitlines()[-1])
     return [tuple(item) for item in runners], servers
@@ -73,7 +75,7 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_
     assert "warm instance up at" in up.stdout
     state = tmp_path / "warm.json"
     instance = json.loads(state.read_text())
-    before, idle_before = _warm_actors(instance["address"], warm_env)
+    before, idle_before = _warm_actors(instance["address"], warm_env, tmp_path)
     assert len(before) == 1 and before[0][1] == [] and len(idle_before) == 1
 
     first = _cli(["run", "s1.yaml", "--out", "warm1", "--quiet"], warm_env, tmp_path)
@@ -85,7 +87,7 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_
     assert comparable(tmp_path / "warm1") == comparable(tmp_path / "cold")
     assert comparable(tmp_path / "warm2") == comparable(tmp_path / "cold")
     assert comparable(tmp_path / "other") != comparable(tmp_path / "cold")
-    after, idle_after = _warm_actors(instance["address"], warm_env)
+    after, idle_after = _warm_actors(instance["address"], warm_env, tmp_path)
     assert [pid for pid, _ in after] == [pid for pid, _ in before]  # the same runner process served every run
     assert after[0][1] == []  # and holds nothing of them
     # the server processes too: the first run's came back for the next runs (the warden started one more

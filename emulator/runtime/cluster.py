@@ -21,8 +21,11 @@ LOCAL_ADDRESSES = (None, "auto", "local")  # start a local instance, or join the
 # so that they yield to the driver and Ray's own daemons; here the workers (runners, the server) do all the
 # training, so on a machine shared with anything else they were starved (20 quickstart rounds beside two busy
 # processes on 2 cores: 218 s at niceness 15, 22 s at 0; no change on an idle machine): they run at the
-# driver's priority. Results do not depend on it.
-LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0}
+# driver's priority. Results do not depend on it. Nor does Ray start idle worker processes ahead of need (one a
+# CPU, each importing Ray for a second of CPU, then polling): every process a run uses is an actor, which starts
+# its own; an idle instance then costs half the CPU (3.3% of a core instead of 6%: a warm instance, the tests'
+# session).
+LOCAL_SYSTEM_CONFIG = {"worker_niceness": 0, "prestart_worker_first_driver": False, "enable_worker_prestart": False}
 
 
 def default_token_path() -> Path:
