@@ -196,11 +196,11 @@ def fake_data():
 # Scenarios also run on the session's Ray instance: one of each algorithm family and of each part of the
 # world that the server actor holds (traces, ties, privacy and SecAgg), so each path through the actors is
 # exercised end to end. The others' Ray path is the same code; that the two backends agree bit for bit on
-# every algorithm is tested in test_inline.py, and here through the fingerprints (recorded from Ray runs).
+# every algorithm is tested in test_inline.py (asynchronous aggregation there too), and here through the
+# fingerprints (recorded from Ray runs). A CNN on Ray runners: test_threads.py and test_precision.py.
 ON_RAY = {
     "quickstart.yaml",                   # FedAvg, Markov availability, deadline, over-selection
-    "algorithms/fedbuff.yaml",           # asynchronous aggregation
-    "papers/fast_cifar10.yaml",          # FAST's snapshot rounds, a CNN
+    "papers/fast_fmnist_diurnal.yaml",   # FAST's snapshot rounds
     "papers/fsl_emnist_scenario2.yaml",  # FSL's server steps
     "papers/safari_mnist.yaml",          # SAFARI's server rounds
     "privacy/private_slow_tier.yaml",    # DP-FedAvg with accounting, a slow tier
