@@ -17,7 +17,8 @@ so files carry over from block to block (a Python block reads the `runs/skewed` 
 nothing a doc writes (runs/, report/, ...) lands in the repository. Each block is its own process: shell
 variables, `cd` and `source .venv/bin/activate` do not carry over, files do. Each `emulator` command and
 Python block runs in a child forked from one process per worker that imported torch, Ray and the emulator
-once (doc_launcher.py: about 2 s of CPU saved a command); EMULATOR_DOC_LAUNCHER=0 starts each afresh. Ray: every block of a test
+once (doc_launcher.py, conftest.launcher: about 4 s of CPU saved a command), and so do the worker processes of
+a sweep they start; EMULATOR_DOC_LAUNCHER=0 starts each afresh. Ray: every block of a test
 worker uses one warm instance (`emulator up`, started once in a directory of its own, with a state file of
 its own: EMULATOR_WARM_STATE), instead of each `emulator run` starting and stopping its own Ray and actor
 processes (several seconds each on 2 cores; a run resolves its paths in its own working directory, so one

@@ -13,11 +13,13 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import ray
 import yaml
 
 from conftest import ROOT, comparable, digest
 from emulator.cli import main
 from emulator.registry import ALGORITHMS, MODELS, Registry, RegistryError
+from emulator.runtime import idle_servers
 from emulator.scenario import ScenarioError, Strict
 from emulator.parts import load_scenario, validate_scenario
 
@@ -212,9 +214,14 @@ def test_the_plugin_package_runs_from_the_cli_and_resumes_bit_identically(ray_se
     summary = json.loads((whole / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["final_test_acc"] > 0.3
     assert summary["plugin_paths"] == [str(lab)]
+    # the first run's server, which imported the shipped package, was kept and serves the later runs
+    (kept,) = [servers for key, servers in idle_servers._IDLE.items() if key[2]]
+    first = ray.get([server.pid.remote() for server in kept])
     assert main(["run", str(lab / "feddyn.yaml"), "--out", str(half), "--set", "rounds=2", "--quiet"]) == 0
     assert main(["run", "--resume", str(half), "--set", "rounds=4", "--quiet"]) == 0
     assert comparable(half) == comparable(whole)
+    (kept,) = [servers for key, servers in idle_servers._IDLE.items() if key[2]]
+    assert ray.get([server.pid.remote() for server in kept]) == first  # one process served the three runs
 
 
 def test_an_observer_returning_a_column_it_did_not_declare_is_named_and_stops_the_run(lab, tmp_path, capsys):

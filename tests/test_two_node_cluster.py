@@ -59,7 +59,9 @@ def test_a_two_node_cluster_ships_plugins_spreads_runners_and_copies_data_to_a_n
         from emulator.cli import main
         from emulator.runtime.cluster import configure_token_auth
         configure_token_auth()  # as docs/cluster.md starts a cluster: RAY_AUTH_MODE=token, the user's token
-        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False}})
+        from emulator.runtime.cluster import LOCAL_SYSTEM_CONFIG  # no idle workers started ahead of need, on any node
+        cluster = Cluster(initialize_head=True, head_node_args={{"num_cpus": 2, "include_dashboard": False,
+                                                               "_system_config": LOCAL_SYSTEM_CONFIG}})
         node = None
         if {hidden_disk!r}:  # the second node cannot see the driver's data cache
             ray_cli = os.path.join(os.path.dirname(sys.executable), "ray")

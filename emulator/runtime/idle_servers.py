@@ -6,7 +6,9 @@ run that ends normally hands its server back (`FederatedServer.release` forgets 
 global generator) and the next run of the same session takes it: metrics are those of a fresh process bit
 for bit (tests/test_idle_servers.py). Kept here: the servers of a Ray session that outlives its runs (a
 notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that failed
-or was stopped never hands its server back, and servers that ship plugin modules are never kept.
+or was stopped never hands its server back. A server that imported plugin modules shipped to it serves only
+a later run that ships the same ones (the same files: Ray names shipped modules by their content), as the
+session's shared runners do (RunnerPool.shared).
 """
 from __future__ import annotations
 
@@ -14,32 +16,35 @@ import threading
 
 import ray
 
-MAX_IDLE = 2  # per session: a sweep's parallel runs each hand one back; more would only idle
+MAX_IDLE = 2  # per session and shipped modules: a sweep's parallel runs each hand one back; more would only idle
 
 
-def _session() -> tuple:
+def _key(shipped: dict | None) -> tuple:
     context = ray.get_runtime_context()  # after ray.shutdown() and ray.init() the job id repeats: the session too
-    return context.get_session_name(), context.get_job_id()
+    return context.get_session_name(), context.get_job_id(), tuple((shipped or {}).get("py_modules", ()))
 
 
-def take():
-    """An idle server of this session, or None. Only servers without a CPU share of their own are kept
-    (runtime.server_num_cpus 0, the default): an idle one holding CPUs would keep them from a later run's
-    runners."""
+def take(shipped: dict | None = None):
+    """An idle server of this session that ships the modules `shipped` ships (a runtime_env, None: none), or
+    None. Only servers without a CPU share of their own are kept (runtime.server_num_cpus 0, the default): an
+    idle one holding CPUs would keep them from a later run's runners."""
     if not ray.is_initialized():
         return None
-    key = _session()
+    key = _key(shipped)
     with _LOCK:
-        for stale in [k for k in _IDLE if k != key]:  # an ended session's servers ended with it
+        for stale in [k for k in _IDLE if k[:2] != key[:2]]:  # an ended session's servers ended with it
             del _IDLE[stale]
+        for other in [k for k in _IDLE if k != key]:  # other modules (an edited plugin's older files): stopped,
+            for server in _IDLE.pop(other):           # as the shared runners of another shape are
+                ray.kill(server)
         idle = _IDLE.get(key, [])
         return idle.pop() if idle else None
 
 
-def give_back(server) -> bool:
-    """Keep `server` for a later run of this session (see `park`)."""
+def give_back(server, shipped: dict | None = None) -> bool:
+    """Keep `server` for a later run of this session that ships the same modules (see `park`)."""
     with _LOCK:
-        idle = _IDLE.setdefault(_session(), [])
+        idle = _IDLE.setdefault(_key(shipped), [])
     return park(server, idle, _LOCK)
 
 

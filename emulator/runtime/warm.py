@@ -29,6 +29,7 @@ import subprocess
 import sys
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import ray
@@ -96,9 +97,9 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
         release_runners()
     begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
     pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
-    if not session_outlives_run or shipped is not None or runtime.server != "actor" or runtime.server_num_cpus:
+    if not session_outlives_run or runtime.server != "actor" or runtime.server_num_cpus:
         return pool, None, None  # an idle server holding CPUs would keep them from a later run's runners
-    return pool, idle_servers.take(), idle_servers.give_back
+    return pool, idle_servers.take(shipped), partial(idle_servers.give_back, shipped=shipped)
 
 
 def _warden():
