@@ -119,6 +119,16 @@ def launcher():
     return _LAUNCHER[0]
 
 
+def run_python(code: str, folder: Path, **options) -> "subprocess.CompletedProcess":
+    """`python -c CODE` in a process of its own, forked from the launcher (the code is written to
+    folder/snippet_N.py, which is first on its sys.path); `options` as for subprocess.run."""
+    import subprocess
+
+    script = folder / f"snippet_{len(list(folder.glob('snippet_*.py')))}.py"
+    script.write_text(code)
+    return subprocess.run(launcher().prefix("script") + [str(script)], **options)
+
+
 def pytest_unconfigure(config):
     for started in _LAUNCHER:
         started.close()

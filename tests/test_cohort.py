@@ -291,14 +291,13 @@ def test_dropout_masks_follow_the_input_layout():
 
 
 @pytest.mark.heavy
-def test_keep_freed_memory_in_a_process_of_its_own():
+def test_keep_freed_memory_in_a_process_of_its_own(tmp_path):
     """Process-wide, so checked in a child process: glibc accepts both settings and training still runs."""
-    import subprocess
-    import sys
+    from conftest import run_python
 
     code = ("import torch; from emulator.training.cohort import keep_freed_memory, train_cohort; "
             "from emulator.training.local import LocalTraining; assert keep_freed_memory(); "
             "m = torch.nn.Linear(3, 2); x = torch.zeros(200000, 3); "
             "train_cohort(m, [x], [torch.zeros(200000, dtype=torch.int64)], "
             "[LocalTraining(lr=0.1, batch_size=100000, local_steps=2)], [1])")
-    subprocess.run([sys.executable, "-c", code], check=True)
+    run_python(code, tmp_path, check=True)

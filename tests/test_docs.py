@@ -364,9 +364,10 @@ class DocRunner:
             script = self.scratch / f"{stem}.py"
             script.write_text(block.text)
             command = [*(launcher.prefix("script") if launcher else [sys.executable]), str(script)]
-            if block.setup:
-                command = ["bash", "-c", "set -eo pipefail\n" + "\n".join(block.setup) + '\nexec "$@"',
-                           "setup", *command]
+            if block.setup:  # the setup as a shell block's (its `emulator` through the launcher), then the block
+                setup = Block(block.doc, block.line, "bash", "", setup=block.setup)
+                command = ["bash", "-c", shell_script(setup, launcher.prefix("cli") if launcher else None)
+                           + '\nexec "$@"', "setup", *command]
         else:                                             # a scenario: validate it
             script = self.scratch / f"{stem}.yaml"
             script.write_text(block.text)

@@ -16,7 +16,7 @@ import textwrap
 import pytest
 import ray
 
-from conftest import ROOT, STATEFUL, comparable, small_scenario
+from conftest import ROOT, STATEFUL, comparable, launcher, run_python, small_scenario
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
 from emulator.parts import validate_scenario
@@ -69,7 +69,7 @@ def test_an_inline_run_starts_no_ray(tmp_path):
         result = run_scenario(validate_scenario(small_scenario(**{{"runtime.backend": "inline"}})), {str(tmp_path / 'r')!r})
         print(result.summary["status"], ray.is_initialized())
     """)
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    done = run_python(code, tmp_path, capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == ["completed", "False"]
 
@@ -123,7 +123,7 @@ def test_breakpoint_in_a_plugin_stops_an_inline_run_at_a_pdb_prompt(tmp_path):
     raw = _plugin(tmp_path, "breakpoint()")
     (tmp_path / "debug.yaml").write_text(json.dumps(raw))
     env = {**os.environ, "PYTHONBREAKPOINT": "pdb.set_trace"}
-    done = subprocess.run([sys.executable, "-m", "emulator", "run", "debug.yaml", "--out", "run"],
+    done = subprocess.run(launcher().prefix("cli") + ["run", "debug.yaml", "--out", "run"],
                           input="p round_index\np type(new).__name__\nc\n", capture_output=True, text=True, timeout=300,
                           cwd=tmp_path, env=env)
     assert done.returncode == 0, done.stderr
