@@ -5,6 +5,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -119,11 +120,9 @@ def launcher():
     return _LAUNCHER[0]
 
 
-def run_python(code: str, folder: Path, **options) -> "subprocess.CompletedProcess":
+def run_python(code: str, folder: Path, **options) -> subprocess.CompletedProcess:
     """`python -c CODE` in a process of its own, forked from the launcher (the code is written to
     folder/snippet_N.py, which is first on its sys.path); `options` as for subprocess.run."""
-    import subprocess
-
     script = folder / f"snippet_{len(list(folder.glob('snippet_*.py')))}.py"
     script.write_text(code)
     return subprocess.run(launcher().prefix("script") + [str(script)], **options)

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import pytest
 import ray
-import yaml
 
-from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
+from conftest import STATEFUL, comparable, digest, small_scenario
 from emulator.cli import main
 from emulator.driver import resume_run, run_scenario
 from emulator.recording.rundir import read_metrics

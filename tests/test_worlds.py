@@ -15,7 +15,7 @@ from emulator.parts import validate_scenario
 from emulator.seeding import rng
 from emulator.system import CohortRequest, SimulatedSystem
 from emulator.seeding import device_types
-from emulator.system.ties import World, check_world, loosened, rank_source, scaled
+from emulator.system.ties import check_world, loosened, rank_source, scaled
 
 COUNTS = np.array([[5, 5, 0, 0],  # two classes, evenly
                    [0, 0, 0, 8],  # one class
