@@ -2,7 +2,6 @@
 import json
 import os
 import signal
-import subprocess
 import sys
 import threading
 import types
@@ -14,7 +13,7 @@ import pytest
 import yaml
 
 import emulator
-from conftest import STATEFUL, comparable, digest, small_scenario
+from conftest import STATEFUL, comparable, digest, run_python, small_scenario
 from emulator.cli import main
 from emulator.scenario import ScenarioError
 from emulator.parts import validate_scenario
@@ -130,7 +129,7 @@ third = emulator.run(small_scenario(rounds=1, **{{"runtime.backend": "ray"}}), o
 print(json.dumps({{"first": first, "second": second, "up": up, "third": third.summary["status"]}}))
 """
     env = {**os.environ, "RAY_ADDRESS": ""}
-    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=400, env=env)
+    done = run_python(script, tmp_path, capture_output=True, text=True, timeout=400, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["up"] and report["first"] == report["second"] and report["first"][1]
