@@ -24,6 +24,7 @@ from __future__ import annotations
 import array
 import json
 import os
+import shlex
 import signal
 import socket
 import struct
@@ -95,23 +96,17 @@ def _shim_path(path: str) -> str:
 def _write_shim(path: str) -> None:
     """sys.executable for the forked children: `python -m` one of FORKED_MODULES through this server, anything
     else the real python."""
-    real, me = shlex_quote(PYTHON), shlex_quote(os.path.abspath(__file__))
+    real, me = shlex.quote(PYTHON), shlex.quote(os.path.abspath(__file__))
     cases = "|".join(FORKED_MODULES)
     shim = _shim_path(path)
     with open(shim, "w") as handle:
         handle.write(f"""#!/bin/sh
 if [ "$1" = "-m" ]; then
-  case "$2" in {cases}) shift; exec {real} -S {me} module {shlex_quote(path)} "$@";; esac
+  case "$2" in {cases}) shift; exec {real} -S {me} module {shlex.quote(path)} "$@";; esac
 fi
 exec {real} "$@"
 """)
     os.chmod(shim, 0o755)
-
-
-def shlex_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
 
 
 def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
@@ -183,7 +178,7 @@ def _run(request: dict) -> int:
         import runpy
 
         if request["mode"] == "module":  # `python -m NAME ARGS...`: the module as __main__, the directory first
-            sys.argv = [request["args"][0], *request["args"][1:]]
+            sys.argv = list(request["args"])
             sys.path[0] = os.getcwd()
             sys.modules.pop(request["args"][0], None)  # imported by the server: run afresh, as __main__ only
             runpy.run_module(request["args"][0], run_name="__main__", alter_sys=True)
