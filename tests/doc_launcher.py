@@ -68,7 +68,7 @@ def serve(path: str) -> None:
     for name in PRE_IMPORTED:
         importlib.import_module(name)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children are reaped by the kernel: no zombies to wait for
-    _write_shim(path)
+    shim = _write_shim(path)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(16)
@@ -83,22 +83,18 @@ def serve(path: str) -> None:
         pid = os.fork()
         if pid == 0:
             listener.close()
-            _child(conn, request, fds)  # never returns
+            _child(conn, request, fds, shim)  # never returns
         for fd in fds:
             os.close(fd)
         conn.close()
 
 
-def _shim_path(path: str) -> str:
-    return os.path.join(os.path.dirname(path), "python-shim")
-
-
-def _write_shim(path: str) -> None:
-    """sys.executable for the forked children: `python -m` one of FORKED_MODULES through this server, anything
-    else the real python."""
+def _write_shim(path: str) -> str:
+    """sys.executable for the forked children (its path, beside the socket `path`): `python -m` one of
+    FORKED_MODULES through this server, anything else the real python."""
     real, me = shlex.quote(PYTHON), shlex.quote(os.path.abspath(__file__))
     cases = "|".join(FORKED_MODULES)
-    shim = _shim_path(path)
+    shim = os.path.join(os.path.dirname(path), "python-shim")
     with open(shim, "w") as handle:
         handle.write(f"""#!/bin/sh
 if [ "$1" = "-m" ]; then
@@ -107,9 +103,10 @@ fi
 exec {real} "$@"
 """)
     os.chmod(shim, 0o755)
+    return shim
 
 
-def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
+def _child(conn: socket.socket, request: dict, fds: list[int], shim: str) -> None:
     code = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # the command's own subprocesses are waited for
@@ -124,7 +121,7 @@ def _child(conn: socket.socket, request: dict, fds: list[int]) -> None:
         os.environ.clear()
         os.environ.update(request["env"])
         _reload_ray_settings()
-        sys.executable = _shim_path(request["socket"])
+        sys.executable = shim
         _send_json(conn, {"pid": os.getpid()})
         code = _run(request)
     except BaseException:  # noqa: BLE001 - as the interpreter would: the traceback on stderr, exit 1
@@ -208,8 +205,7 @@ def _status(value) -> int:
 def client(mode: str, path: str, args: list[str]) -> int:
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     conn.connect(path)
-    _send_json(conn, {"mode": mode, "args": args, "cwd": os.getcwd(), "env": dict(os.environ), "socket": path},
-               [0, 1, 2])
+    _send_json(conn, {"mode": mode, "args": args, "cwd": os.getcwd(), "env": dict(os.environ)}, [0, 1, 2])
     child = {}
 
     def forward(signum, _frame):
