@@ -163,6 +163,29 @@ def ray_session():
     ray.shutdown()
 
 
+@pytest.fixture
+def lab(tmp_path):
+    """The example plugin package examples/fedlab and its scenario, copied to a directory of their own (outside
+    the repository, so nothing can lean on the emulator's own tree), 4 rounds evaluated and checkpointed every 2."""
+    import yaml
+
+    home = tmp_path / "lab"
+    shutil.copytree(ROOT / "examples" / "fedlab", home)
+    raw = yaml.safe_load((home / "feddyn.yaml").read_text())
+    raw["data"]["options"]["file"] = str(home / "data" / "users.csv")
+    raw.update(rounds=4, evaluation={"every": 2}, output={"checkpoint_every": 2})
+    (home / "feddyn.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    forget_fedlab()
+    yield home
+    forget_fedlab()
+
+
+def forget_fedlab():
+    """Each test imports the package from its own copy (a process keeps the first import of a module)."""
+    for name in [n for n in sys.modules if n == "fedlab" or n.startswith("fedlab.")]:
+        del sys.modules[name]
+
+
 def small_scenario(**overrides) -> dict:
     """A few-second scenario: 40 synthetic devices with label skew, logistic regression, FedAvg, in process
     (runtime.backend inline: the metrics of a Ray run, test_inline.py; a test of Ray's part sets it to ray)."""

@@ -86,7 +86,9 @@ TEXT = {"", "text", "txt", "plain"}
 COMMAND_WORDS = ("emulator ", "make ", "python ", "python3 ", "pip ", "ray ", "tensorboard ", "source ",
                  ".venv/", "$ ", "cd ", "export ", "pytest")
 # Top-level entries of the repository that are not copied into the working directory.
-NOT_COPIED = {".git", ".venv", "runs", "report", ".pytest_cache", "build", "dist", "__pycache__"}
+# what a fresh clone lacks too: the environment, outputs, tools' caches, locally built wheels (benchmarks/gpu_wheels.sh)
+NOT_COPIED = {".git", ".venv", "runs", "report", ".pytest_cache", "build", "dist", "__pycache__", ".whl", ".hypothesis",
+              ".import_linter_cache", ".mypy_cache", ".ruff_cache"}
 
 MARKER = re.compile(r"^\s*<!--\s*doc-test:\s*(?P<body>.*?)\s*-->\s*$")
 FENCE = re.compile(r"^(?P<indent>\s*)(?P<fence>`{3,}|~{3,})\s*(?P<info>[^`\s]*)[^`]*$")

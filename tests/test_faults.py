@@ -15,7 +15,7 @@ import pytest
 import ray
 import yaml
 
-from conftest import ROOT, STATEFUL, comparable, digest, small_scenario
+from conftest import ROOT, STATEFUL, comparable, digest, run_python, small_scenario
 import emulator
 from emulator.recording import checkpoint as checkpoints
 from emulator.cli import main
@@ -290,7 +290,8 @@ def test_a_bad_output_path_is_refused_before_ray_starts(tmp_path):
         code = ("import sys, ray; from emulator.cli import main; "
                 f"code = main(['run', {str(scenario)!r}, '--out', {str(out)!r}, '--quiet']); "
                 "print('ray started' if ray.is_initialized() else 'no ray'); sys.exit(code)")
-        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+        # in a process of its own (one that has not started Ray), forked from the pre-imported one
+        proc = run_python(code, tmp_path, capture_output=True, text=True, cwd=ROOT, timeout=120)
         assert proc.returncode == 2 and message in proc.stderr and "--out" in proc.stderr, proc.stderr
         assert "no ray" in proc.stdout and "Traceback" not in proc.stderr
 

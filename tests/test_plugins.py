@@ -26,26 +26,6 @@ from emulator.parts import load_scenario, validate_scenario
 EXAMPLE = ROOT / "examples" / "fedlab"
 
 
-@pytest.fixture
-def lab(tmp_path):
-    """The example plugin package and its scenario, in a directory of their own (outside the repository)."""
-    home = tmp_path / "lab"
-    shutil.copytree(EXAMPLE, home)
-    raw = yaml.safe_load((home / "feddyn.yaml").read_text())
-    raw["data"]["options"]["file"] = str(home / "data" / "users.csv")
-    raw.update(rounds=4, evaluation={"every": 2}, output={"checkpoint_every": 2})
-    (home / "feddyn.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
-    forget_fedlab()
-    yield home
-    forget_fedlab()
-
-
-def forget_fedlab():
-    """Each test imports the package from its own copy (a process keeps the first import of a module)."""
-    for name in [n for n in sys.modules if n == "fedlab" or n.startswith("fedlab.")]:
-        del sys.modules[name]
-
-
 def write(path: Path, text: str) -> Path:
     path.write_text(textwrap.dedent(text))
     return path

@@ -27,7 +27,7 @@ import pytest
 from conftest import ROOT, comparable
 from emulator.driver import run_scenario
 from emulator.parts import load_scenario
-from test_plugins import fairness_is_the_ledgers, lab  # noqa: F401  (lab: the plugin package, as a fixture here)
+from test_plugins import fairness_is_the_ledgers
 
 POPULATION = ROOT / "scenarios" / "cluster" / "population_100k.yaml"
 # population_100k's world at 10,000 devices: data enough for the object store's share to show, 2 rounds
@@ -43,7 +43,7 @@ def can_hide_a_directory() -> bool:
 
 
 def test_a_two_node_cluster_ships_plugins_spreads_runners_and_copies_data_to_a_node_without_the_disk(
-        lab, tmp_path):  # noqa: F811
+        lab, tmp_path):
     hidden_disk = can_hide_a_directory()
     imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
     with open(lab / "fedlab" / "__init__.py", "a") as init:

@@ -60,7 +60,7 @@ def warm_env(tmp_path, monkeypatch):
 
 
 def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_not_used_by_other_code(
-        tmp_path, warm_env):
+        tmp_path, warm_env, lab):
     """One instance for the promises that need one: runs on it are bit-identical to cold and leave nothing
     in its runners; once its code differs from the run's (a source file edited after `up`), its actors are
     not used, nor do they keep the CPUs the run's own runners need (as many as the machine's cores, which
@@ -93,6 +93,23 @@ def test_a_warm_instance_serves_runs_bit_identical_to_cold_keeps_nothing_and_is_
     # the server processes too: the first run's came back for the next runs (the warden started one more
     # when the first run took its last idle one)
     assert len(idle_after) == 2 and set(idle_before) <= set(idle_after)
+
+    # a plugin package's runs (its modules shipped to the actors): the warden's runners and a server of their
+    # own, kept for the next run shipping the same files, which starts no actor process either
+    imports = tmp_path / "imports.log"  # each import of the package: the process and the file it came from
+    with open(lab / "fedlab" / "__init__.py", "a") as init:
+        init.write(f"import os as _os\nopen({str(imports)!r}, 'a').write(f'{{_os.getpid()}} {{__file__}}\\n')\n")
+    plugin_runs = []
+    for out in ("plugin1", "plugin2"):
+        done = _cli(["run", "feddyn.yaml", "--out", str(tmp_path / out), "--quiet"], warm_env, lab)
+        assert "note: on the warm instance" in done.stderr
+        plugin_runs.append({int(line.split()[0]) for line in imports.read_text().splitlines()
+                            if "/runtime_resources/py_modules_files/" in line})  # the actors' imports
+    assert comparable(tmp_path / "plugin1") == comparable(tmp_path / "plugin2")
+    assert len(plugin_runs[0]) == 3 and plugin_runs[1] == plugin_runs[0]  # its two runners and a server, kept
+    # a run shipping nothing gets plain runners again, holding nothing
+    back, _ = _warm_actors(instance["address"], warm_env, tmp_path)
+    assert back[0][0] not in plugin_runs[0] and back[0][1] == []
 
     raw = small_scenario(rounds=2, **{"runtime.backend": "ray", "runtime.runners": os.cpu_count()})
     (tmp_path / "s.yaml").write_text(json.dumps(raw))

@@ -11,9 +11,13 @@ Nothing carries from one run to the next: runners keep nothing of a run after it
 every job is seeded by itself; a run that ends normally hands its server back, which forgets the run
 (`FederatedServer.release`) and serves a later one as a fresh process would (runtime/idle_servers.py).
 The warm actors are used only where they run the same code as the run: the emulator's source files are
-fingerprinted when the instance starts, and a run whose code differs (an edit since), that ships plugin
-modules from the user's directory, or that asks for another resource shape gets fresh actors on the same
-Ray instance instead.
+fingerprinted when the instance starts, and a run whose code differs (an edit since) or that asks for another
+resource shape gets fresh actors on the same Ray instance instead. A run that ships plugin modules from the
+user's directory gets warm actors that imported those very files (Ray names shipped modules by their
+content): the warden keeps the runners of one set of modules at a time (the warm runners hold the CPUs, so
+a run shipping other modules, or none, has them replaced), and idle servers for runs shipping nothing and
+for the latest modules shipped. Iterating on a plugin (edit, run, run again) pays for new actors only after
+an edit.
 
 Where the instance is (its state file) and the code fingerprint live in runtime/warm_state.py, which
 runtime/cluster.py reads when a run may attach.
@@ -49,9 +53,10 @@ UP_TIMEOUT_S = 120
 
 
 # ------------------------------------------------------------------------------------- in a run
-def lease_runners(count: int) -> list:
-    """The warm runners (`count` of them; the warden starts more where its pool holds fewer)."""
-    return ray.get(_warden().runners.remote(count))
+def lease_runners(count: int, shipped: dict | None = None) -> list:
+    """The warm runners (`count` of them; the warden starts more where its pool holds fewer) that imported the
+    plugin modules `shipped` ships (a runtime_env; None: none)."""
+    return ray.get(_warden().runners.remote(count, shipped))
 
 
 def release_runners() -> None:
@@ -61,14 +66,16 @@ def release_runners() -> None:
     ray.get(_warden().release_runners.remote())
 
 
-def take_server():
-    """An idle server actor (empty, its process started); the warden starts the next one when none is left."""
-    return ray.get(_warden().take_server.remote())
+def take_server(shipped: dict | None = None):
+    """An idle server actor (empty, its process started) that imported the modules `shipped` ships; for a run
+    shipping none, the warden starts the next one when none is left."""
+    return ray.get(_warden().take_server.remote(shipped))
 
 
-def give_back_server(server) -> bool:
-    """Hand a finished run's server back to the warden, for a later run (False: it was stopped instead)."""
-    return ray.get(_warden().give_back_server.remote(server))
+def give_back_server(server, shipped: dict | None = None) -> bool:
+    """Hand a finished run's server back to the warden, for a later run shipping the same modules (False: it
+    was stopped instead)."""
+    return ray.get(_warden().give_back_server.remote(server, shipped))
 
 
 def idle_server_pids() -> list[int]:
@@ -84,16 +91,16 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
     count = runner_count(runtime.runners, runtime.num_cpus, runtime.num_gpus, runtime.server_num_cpus)
     instance = attached_warm_instance()
     if instance is not None and runtime.server_num_cpus == 0 and instance.matches(
-            runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped is not None):
+            runtime.num_cpus, runtime.num_gpus, runtime.torch_threads):
         notify(f"note: on the warm instance (emulator up) at {instance.address}; emulator down stops it")
-        pool = RunnerPool(lease_runners(count))
+        pool = RunnerPool(lease_runners(count, shipped))
         pool.leased = True
         if runtime.server != "actor":
             return pool, None, None
-        return pool, take_server(), give_back_server
+        return pool, take_server(shipped), partial(give_back_server, shipped=shipped)
     if instance is not None:  # its runners would hold the CPUs this run's own need
-        notify("note: the warm instance's actors run other code, or this run ships plugins or asks for another "
-               "runtime shape: it starts its own actors there (emulator down && emulator up refreshes the warm ones)")
+        notify("note: the warm instance's actors run other code, or this run asks for another runtime shape: it "
+               "starts its own actors there (emulator down && emulator up refreshes the warm ones)")
         release_runners()
     begin = RunnerPool.shared if session_outlives_run else RunnerPool.start
     pool = begin(count, runtime.num_cpus, runtime.num_gpus, runtime.torch_threads, shipped, wait=False)
@@ -102,12 +109,25 @@ def run_actors(runtime, shipped: dict | None, session_outlives_run: bool, notify
     return pool, idle_servers.take(shipped), partial(idle_servers.give_back, shipped=shipped)
 
 
+def _environment(shipped: dict | None) -> dict:
+    return {"runtime_env": shipped} if shipped else {}
+
+
 def _warden():
     return ray.get_actor(WARDEN, namespace=NAMESPACE)
 
 
+def _modules(shipped: dict | None) -> tuple:
+    """What tells apart the actors of runs shipping different plugin files: their uploaded packages' URIs."""
+    return tuple((shipped or {}).get("py_modules", ()))
+
+
 class Warden:
-    """Owns the warm runners and the idle servers (actors live as long as their owner), hands them out."""
+    """Owns the warm runners and the idle servers (actors live as long as their owner), hands them out.
+
+    Runners are of one set of shipped modules at a time (`self.modules`; () for none), since they hold the
+    instance's CPUs; idle servers hold no CPU and are kept per set: for runs shipping nothing (one is always
+    ready) and for the latest modules shipped."""
 
     def __init__(self, shape: tuple, runners: int, server: str):
         """`server`: the server actor class as "module:name" (the server package is above this layer: the
@@ -120,46 +140,62 @@ class Warden:
         module, _, name = server.partition(":")
         self.runner_actor, self.server_actor = RunnerActor, getattr(importlib.import_module(module), name)
         self.shape = shape
-        self.pool = [self._runner() for _ in range(runners)]
-        self.idle = [self._server()]
+        self.modules: tuple = ()  # what the runners in self.pool imported
+        self.pool = [self._runner(None) for _ in range(runners)]
+        self.idle: dict[tuple, list] = {(): [self._server(None)]}
         self.lock = threading.Lock()
-        ray.get([r.ping.remote() for r in self.pool] + [self.idle[0].ping.remote()])
+        ray.get([r.ping.remote() for r in self.pool] + [self.idle[()][0].ping.remote()])
 
-    def _runner(self):
+    def _runner(self, shipped: dict | None):
         num_cpus, num_gpus, torch_threads = self.shape
         return self.runner_actor.options(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=-1, max_task_retries=-1,
-                                         scheduling_strategy="SPREAD").remote(torch_threads)
+                                         scheduling_strategy="SPREAD", **_environment(shipped)).remote(torch_threads)
 
-    def _server(self):
-        return self.server_actor.options(num_cpus=0).remote()
+    def _server(self, shipped: dict | None):
+        return self.server_actor.options(num_cpus=0, **_environment(shipped)).remote()
 
-    def runners(self, count: int) -> list:
+    def runners(self, count: int, shipped: dict | None = None) -> list:
         with self.lock:
+            if _modules(shipped) != self.modules:  # runners of other modules hold the CPUs: replaced
+                self._stop_runners()
+                self.modules = _modules(shipped)
             while len(self.pool) < count:
-                self.pool.append(self._runner())
+                self.pool.append(self._runner(shipped))
             return self.pool[:count]
 
     def release_runners(self) -> None:
         with self.lock:
-            for runner in self.pool:
-                ray.kill(runner)
-            self.pool = []
+            self._stop_runners()
 
-    def take_server(self):
-        """An idle server; when it was the last, the next one starts now (a parallel run's, or a run's
-        that failed and kept its own)."""
+    def _stop_runners(self) -> None:
+        for runner in self.pool:
+            ray.kill(runner)
+        self.pool = []
+
+    def take_server(self, shipped: dict | None = None):
+        """An idle server of these modules; for a run shipping none, when it was the last, the next one starts
+        now (a parallel run's, or a run's that failed and kept its own). Idle servers of older shipped
+        modules (an edited plugin's) are stopped."""
+        modules = _modules(shipped)
         with self.lock:
-            server = self.idle.pop() if self.idle else self._server()
-            if not self.idle:
-                self.idle.append(self._server())
+            for other in [key for key in self.idle if modules and key not in ((), modules)]:
+                for server in self.idle.pop(other):
+                    ray.kill(server)
+            idle = self.idle.setdefault(modules, [])
+            server = idle.pop() if idle else self._server(shipped)
+            if not modules and not idle:
+                idle.append(self._server(None))
         return server
 
-    def give_back_server(self, server) -> bool:
-        return idle_servers.park(server, self.idle, self.lock)
+    def give_back_server(self, server, shipped: dict | None = None) -> bool:
+        with self.lock:
+            idle = self.idle.setdefault(_modules(shipped), [])
+        return idle_servers.park(server, idle, self.lock)
 
     def idle_server_pids(self) -> list[int]:
+        """Those of the idle servers for runs shipping nothing."""
         with self.lock:
-            idle = list(self.idle)
+            idle = list(self.idle.get((), []))
         return ray.get([server.pid.remote() for server in idle])
 
     def ready(self) -> bool:

@@ -38,8 +38,8 @@ class WarmInstance:
     runners: int
     shape: tuple  # (num_cpus, num_gpus, torch_threads) of the warm runners
 
-    def matches(self, num_cpus: float, num_gpus: float, torch_threads: int | None, shipped: bool) -> bool:
-        return not shipped and self.shape == (num_cpus, num_gpus, torch_threads) and self.code == code_fingerprint()
+    def matches(self, num_cpus: float, num_gpus: float, torch_threads: int | None) -> bool:
+        return self.shape == (num_cpus, num_gpus, torch_threads) and self.code == code_fingerprint()
 
 
 def find() -> WarmInstance | None:
