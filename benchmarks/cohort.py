@@ -38,7 +38,7 @@ from emulator import params as param_vector
 from emulator.training.cohort import keep_freed_memory, train_cohort
 from emulator.data.federation import ArrayDataset
 from emulator.models.zoo import build_model
-from emulator.training.local import LocalTraining, seeded_generator, set_torch_threads, train_locally
+from emulator.training.local import LocalTraining, seeded_generator, set_torch_arithmetic, train_locally
 
 
 MALLOC = ("default", "heap")
@@ -110,7 +110,7 @@ def measure(args) -> list[tuple]:
     """One process's rows (a child of main: one allocator setting each)."""
     if args.child == "heap":
         keep_freed_memory()
-    set_torch_threads(args.threads)
+    set_torch_arithmetic(args.threads)
     name, train = fashion_mnist(max(args.devices * 60, args.cnn_devices * 600))
     rows = workload_rows(f"MLP, {args.devices} devices x 10 steps of 32", "mlp", train, args.devices, 60,
                          LocalTraining(lr=0.01, batch_size=32, local_steps=10), args.groups, args.repeats)

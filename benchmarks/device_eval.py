@@ -29,7 +29,7 @@ from emulator.data.vision import DEBIAN_FASHION_MNIST
 from emulator.evaluation.fleet import FleetEvaluation
 from emulator.models.zoo import build_model
 from emulator.parts import validate_scenario
-from emulator.training.local import evaluate_by_class, evaluate_per_sample, set_torch_threads
+from emulator.training.local import evaluate_by_class, evaluate_per_sample, set_torch_arithmetic
 
 
 def federation_for(devices: int, model: str):
@@ -59,7 +59,7 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1024)
     args = parser.parse_args()
-    set_torch_threads(1)  # as runners train and evaluate
+    set_torch_arithmetic(1)  # as runners train and evaluate
 
     scenario, federation = federation_for(args.devices, args.model)
     model = build_model(args.model, federation.train.input_shape, federation.train.num_classes, 0,

@@ -31,7 +31,7 @@ SHAPE = (1, 28, 28)
 
 @pytest.fixture(autouse=True)
 def one_thread():
-    """The runners' setting (training.set_torch_threads): the thread count is part of the arithmetic."""
+    """The runners' setting (training.set_torch_arithmetic): the thread count is part of the arithmetic."""
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     yield

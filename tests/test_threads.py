@@ -1,4 +1,5 @@
 """Torch's thread count is part of the arithmetic: runtime.num_cpus and server_num_cpus must not set it.
+Every runner flushes denormal floats to zero, whatever its share (training.set_torch_arithmetic).
 
 With two threads, oneDNN's convolution backward splits its sum over the minibatch between the threads, so
 a CNN's weights come out different in the last bits than with one (the losses soon differ too). Runners
@@ -53,6 +54,7 @@ def test_runners_train_with_one_thread_whatever_their_cpu_share_and_a_share_abov
             pool = RunnerPool.start(1, num_cpus, 0, torch_threads)
         try:
             assert ray.get(pool.runners[0].threads.remote()) == expected, (num_cpus, torch_threads)
+            assert ray.get(pool.runners[0].flushes_denormals.remote())  # training.set_torch_arithmetic
         finally:
             pool.shutdown()
         assert ("runtime.torch_threads" in caplog.text) == warned, (num_cpus, torch_threads, caplog.text)

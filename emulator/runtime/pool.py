@@ -46,7 +46,7 @@ class RunnerPool:
 
         Runners restart when they die and their unfinished calls are retried elsewhere, so a lost worker
         costs time, not results. Each trains with `torch_threads` torch threads, 1 when None, whatever its
-        CPU share: the thread count changes float rounding (see training.set_torch_threads), the share
+        CPU share: the thread count changes float rounding (see training.set_torch_arithmetic), the share
         must not. With `wait` False it returns while the runners' processes still start (each needs seconds
         to import torch), so the caller can start the server beside them; their first call waits for them."""
         if torch_threads is None and num_cpus >= 2 and not num_gpus:

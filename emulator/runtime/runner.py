@@ -25,8 +25,8 @@ from emulator.runtime.run_context import DeviceJob, RunContext, RunHandle, model
 from emulator.runtime.runner_evaluation import RunnerEvaluation
 from emulator.training import cohort
 from emulator.training import precision as numerics
-from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, seed_dropout,
-                                     seeded_generator, set_torch_threads, train_locally)
+from emulator.training.local import (LocalTraining, as_device_tensors, evaluate_by_class, flushes_denormals,
+                                     seed_dropout, seeded_generator, set_torch_arithmetic, train_locally)
 from emulator.training.personal import train_personal_round
 
 ATTACK_SALT = 0x0A77AC4  # an attacker's poisoning draws, apart from its training's
@@ -39,7 +39,7 @@ class DeviceRunner(RunnerEvaluation):
 
     def __init__(self, torch_threads: int | None = None, gpu: bool | None = None):
         """`gpu`: train on CUDA; None (a Ray actor): when Ray gave this runner a GPU share."""
-        set_torch_threads(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
+        set_torch_arithmetic(torch_threads)  # 1 unless runtime.torch_threads says otherwise: see training.py
         self._runs: OrderedDict[str, tuple[RunContext, torch.nn.Module]] = OrderedDict()
         self._on_device: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # a GPU runner's copy of a training set
         self._test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the test set it evaluates on
@@ -241,6 +241,10 @@ class DeviceRunner(RunnerEvaluation):
     def threads(self) -> int:
         """The torch intra-op threads this runner trains with."""
         return torch.get_num_threads()
+
+    def flushes_denormals(self) -> bool:
+        """Whether this runner's arithmetic flushes denormal floats to zero (training.set_torch_arithmetic)."""
+        return flushes_denormals()
 
     def pid(self) -> int:
         import os

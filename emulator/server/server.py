@@ -25,7 +25,7 @@ from emulator.server.preflight import preflight
 from emulator.server.record import RECORD_COLUMNS, RoundRecord
 from emulator.server.synchronous import SynchronousEngine
 from emulator.server.world import ServerWorld
-from emulator.training.local import set_torch_threads
+from emulator.training.local import set_torch_arithmetic
 
 
 _FRESH_TORCH_RNG = torch.get_rng_state()  # torch's default generator as a new process has it
@@ -49,7 +49,7 @@ class FederatedServer:
         relative path, a plugin's or ours, would look in the wrong place. `state_dir`: where a personalized
         algorithm keeps its devices' state (the run directory's device_state/; None: a temporary one)."""
         self.__dict__.clear()  # nothing of an earlier run stays (a server kept for later runs: `release`)
-        set_torch_threads(torch_threads)  # as the runners: server-side training and evaluation
+        set_torch_arithmetic(torch_threads)  # as the runners: server-side training and evaluation
         load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
         scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
         self.world = ServerWorld(scenario, run, runners, state_dir)

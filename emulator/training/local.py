@@ -158,19 +158,33 @@ def evaluate_per_sample(model: nn.Module, inputs: torch.Tensor, labels: torch.Te
     return torch.cat(losses).numpy(), torch.cat(rights).numpy()
 
 
-def set_torch_threads(torch_threads: int | None) -> int:
-    """Fix this process's torch intra-op thread count: `runtime.torch_threads`, else 1. Returns it.
+def set_torch_arithmetic(torch_threads: int | None) -> int:
+    """Fix how this process's torch computes: denormal floats flushed to zero, and the intra-op thread count
+    `runtime.torch_threads`, else 1. Returns the count. Called by every process that trains or evaluates:
+    runners and the server (and the driver, for a run in process).
 
-    The count is part of the arithmetic, not only of the speed: with more than one thread, oneDNN's
+    Denormals (magnitudes below 1.2e-38) are flushed to zero, as TensorFlow does on CPUs by default and GPUs
+    do in most kernels: an LSTM's saturated gates and Adam's small moments produce them, and a CPU computes
+    with them tens of times slower, so an LSTM's local training went 4-5x slower as it learned
+    (benchmarks/denormals.py). A run's numbers differ from PyTorch's default only where such values arose.
+    Set before the thread pool starts, whose threads inherit it.
+
+    The thread count is part of the arithmetic, not only of the speed: with more than one thread, oneDNN's
     convolution backward and MKL's matrix products for small outputs split their sums over the minibatch
     between threads, so the same step gives weights that differ in the last bits with 1 and 2 threads
     (and the difference grows over training). One thread unless asked otherwise keeps a run's numbers
     independent of its CPU shares (runtime.num_cpus, server_num_cpus), of OMP_NUM_THREADS and of the
-    machine's core count. Called by every process that trains or evaluates: runners and the server.
+    machine's core count.
     """
+    torch.set_flush_denormal(True)  # False where the CPU cannot (no SSE3): the default arithmetic then
     threads = torch_threads or 1
     torch.set_num_threads(threads)
     return threads
+
+
+def flushes_denormals() -> bool:
+    """Whether this thread's arithmetic flushes denormal floats to zero (1e-39 reads as 0)."""
+    return torch.tensor([1e-39], dtype=torch.float32).mul(1.0).item() == 0.0
 
 
 def seed_dropout(seed: int, device: torch.device | str = "cpu") -> None:
