@@ -120,6 +120,15 @@ def launcher():
     return _LAUNCHER[0]
 
 
+@pytest.fixture
+def forked_sweep_workers(monkeypatch):
+    """A sweep run in this process starts its worker processes (`python -m emulator.sweep_workers`) as children
+    forked from the launcher, as a doc block's sweep does: sys.executable is the launcher's shim, which runs
+    any other command with the real python. For tests of what the runs give, not of a worker's own start-up
+    or of its death with the sweep (tests/test_sweep_workers.py starts real ones for those)."""
+    monkeypatch.setattr(sys, "executable", launcher().shim)
+
+
 def run_python(code: str, folder: Path, **options) -> subprocess.CompletedProcess:
     """`python -c CODE` in a process of its own, forked from the launcher (the code is written to
     folder/snippet_N.py, which is first on its sys.path); `options` as for subprocess.run."""

@@ -246,6 +246,11 @@ class DocLauncher:
     def prefix(self, mode: str) -> list[str]:
         return [self.python, "-S", __file__, mode, self.socket]
 
+    @property
+    def shim(self) -> str:
+        """The python its children see as sys.executable (written by the server before it says ready)."""
+        return os.path.join(os.path.dirname(self.socket), "python-shim")
+
     def close(self) -> None:
         self.process.terminate()
         self.process.wait(timeout=30)

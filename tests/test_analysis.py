@@ -81,7 +81,7 @@ def test_report_of_nothing_is_a_clear_error(tmp_path, capsys):
     assert "no run directories" in capsys.readouterr().err
 
 
-def test_sweep_of_two_values_and_two_seeds_makes_four_runs_and_one_report(ray_session, tmp_path):
+def test_sweep_of_two_values_and_two_seeds_makes_four_runs_and_one_report(tmp_path, forked_sweep_workers):
     scenario = tmp_path / "s.yaml"
     scenario.write_text(yaml.safe_dump(small_scenario(rounds=3)))
     out = tmp_path / "sweep"

@@ -152,7 +152,7 @@ def test_bad_input_raises_scenario_error_with_the_command_lines_message(tmp_path
     assert not (tmp_path / "r").exists()
 
 
-def test_sweep_through_the_api(ray_session, tmp_path):
+def test_sweep_through_the_api(ray_session, tmp_path, forked_sweep_workers):
     result = emulator.sweep(small_scenario(rounds=2), grid={"algorithm.client_lr": [0.05, 0.1]}, seeds=1,
                             out=tmp_path / "sweep", parallel=2, **quiet())
     assert isinstance(result, emulator.Sweep) and len(result) == 2 and not result.failed

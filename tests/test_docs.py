@@ -228,9 +228,10 @@ def _sweep_only(args: list[str]) -> tuple[list[str], list[str]]:
     return run, list(args)
 
 
-def shell_script(block: Block, emulator: list[str] | None = None) -> str:
+def shell_script(block: Block, emulator: list[str] | None = None, python: list[str] | None = None) -> str:
     """The block as a bash script; `emulator`: the argv that runs the `emulator` command (the launcher's
-    client, doc_launcher.py), else the console script on PATH."""
+    client, doc_launcher.py), else the console script on PATH; `python`: the argv that runs `python FILE.py`
+    (the launcher's), else the python on PATH."""
     run_args, sweep_args = _sweep_only(block.args)
     body = _console_commands(block.text) if block.lang in CONSOLE else block.text
     quoted = lambda args: " ".join(shlex.quote(a) for a in args)  # noqa: E731
@@ -249,6 +250,10 @@ def shell_script(block: Block, emulator: list[str] | None = None) -> str:
         "}",
         # never reinstall the environment under test; `make demo` takes the marker's options too (DEMO_ARGS)
         'make() { command make -o .venv/.installed DEMO_ARGS="${_doc_run_args[*]}" "$@"; }',
+        f"_doc_python=({quoted(python or [])})",
+        "python() {  # `python FILE.py ...` as the launcher runs it, when there is one; anything else as written",
+        '  if [[ ${#_doc_python[@]} -gt 0 && "${1-}" == *.py ]]; then "${_doc_python[@]}" "$@"; else command python "$@"; fi',
+        "}",
         *(f"{command}  # setup" for command in block.setup),
         f"# {block.id}",
         body,
@@ -358,9 +363,10 @@ class DocRunner:
         if block.kind != "scenario":                      # `emulator validate` starts no Ray
             self._join_ray()
         launcher = self.launcher() if self.launcher else None
+        commands = (launcher.prefix("cli"), launcher.prefix("script")) if launcher else ()  # `emulator`, `python`
         if block.kind == "shell":
             script = self.scratch / f"{stem}.sh"
-            script.write_text(shell_script(block, launcher.prefix("cli") if launcher else None))
+            script.write_text(shell_script(block, *commands))
             command = ["bash", str(script)]
         elif block.kind == "python":
             script = self.scratch / f"{stem}.py"
@@ -368,8 +374,7 @@ class DocRunner:
             command = [*(launcher.prefix("script") if launcher else [sys.executable]), str(script)]
             if block.setup:  # the setup as a shell block's (its `emulator` through the launcher), then the block
                 setup = Block(block.doc, block.line, "bash", "", setup=block.setup)
-                command = ["bash", "-c", shell_script(setup, launcher.prefix("cli") if launcher else None)
-                           + '\nexec "$@"', "setup", *command]
+                command = ["bash", "-c", shell_script(setup, *commands) + '\nexec "$@"', "setup", *command]
         else:                                             # a scenario: validate it
             script = self.scratch / f"{stem}.yaml"
             script.write_text(block.text)

@@ -108,7 +108,7 @@ def test_plugin_configs_get_the_same_domains():
 
 
 # -------------------------------------------------------------------------------- sweeps over seeds
-def test_a_seed_grid_runs_the_seeds_it_names(tmp_path):
+def test_a_seed_grid_runs_the_seeds_it_names(tmp_path, forked_sweep_workers):
     from emulator.sweeps import plan_sweep, run_sweep
 
     base = scenario_file(tmp_path, rounds=2)
@@ -203,7 +203,7 @@ def test_a_long_stretch_without_progress_stops_the_run_early(tmp_path):
     assert summary["stopped_at_round"] == 4 and len(comparable(tmp_path / "run")) == 4
 
 
-def test_a_sweep_counts_a_diverged_run_as_failed(tmp_path):
+def test_a_sweep_counts_a_diverged_run_as_failed(tmp_path, forked_sweep_workers):
     from emulator.sweeps import plan_sweep, run_sweep
 
     path = scenario_file(tmp_path, rounds=2, model="mlp")

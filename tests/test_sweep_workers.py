@@ -40,7 +40,7 @@ def test_which_runs_need_ray(runtime, address, ray):
 
 @pytest.mark.heavy
 def test_a_sweep_in_worker_processes_gives_the_metrics_of_runs_made_one_by_one_and_a_failed_run_loses_itself(
-        tmp_path, capsys):
+        tmp_path, capsys, forked_sweep_workers):
     raw = small_scenario(rounds=3)
     del raw["runtime"]["backend"]  # the sweep's to choose
     (tmp_path / "s.yaml").write_text(json.dumps(raw))
