@@ -156,6 +156,17 @@ def pytest_xdist_make_scheduler(config, log):
     return ScopeScheduling(config, log)
 
 
+@pytest.fixture(autouse=True)
+def arithmetic_as_found():
+    """A test that builds a runner or a server in this process, as their own processes do, turns this
+    process's flush of denormal floats on (training.set_torch_arithmetic); the next test finds it off, as
+    a user's process has it (hypothesis, for one, refuses to draw floats with it on)."""
+    yield
+    import torch
+
+    torch.set_flush_denormal(False)
+
+
 @pytest.fixture(scope="session")
 def ray_session():
     import ray

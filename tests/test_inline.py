@@ -204,3 +204,19 @@ def test_the_server_in_the_driver_beside_ray_runners_gives_the_metrics_of_the_se
     assert comparable(in_driver.path) == comparable(actor.path)
     with pytest.raises(ScenarioError, match="server_num_cpus"):
         scenario("ray", **{"runtime.server": "driver", "runtime.server_num_cpus": 1})
+
+
+def test_a_run_in_process_computes_as_a_runner_and_leaves_the_callers_arithmetic_as_it_was(tmp_path):
+    """A runner's process flushes denormal floats to zero (training.set_torch_arithmetic); in process the
+    runners do so inside each call only, so the caller's numpy and torch compute afterwards as before."""
+    import numpy as np
+
+    from emulator.runtime.pool import RunnerPool
+    from emulator.training.local import flushes_denormals
+
+    tiny = np.float32(1e-39)  # a denormal: flushed, it would read as zero
+    assert not flushes_denormals() and tiny * np.float32(1.0) != 0
+    pool = RunnerPool.in_process(1, None)
+    assert inline.get(pool.runners[0].flushes_denormals.remote())  # inside a runner's call
+    run_scenario(validate_scenario(small_scenario(rounds=1)), tmp_path / "run")
+    assert not flushes_denormals() and tiny * np.float32(1.0) != 0  # and after a whole run, as before

@@ -37,9 +37,12 @@ class _Method:
         self.bound = bound
 
     def remote(self, *args, **kwargs) -> Done:
+        from emulator.training.local import denormals_flushed  # torch: imported by the objects behind handles
+
         args = [arg.result() if isinstance(arg, Done) else arg for arg in args]  # as Ray resolves a task's refs
         try:
-            return Done(self.bound(*args, **kwargs))
+            with denormals_flushed():  # the arithmetic of a runner's process, for this call only
+                return Done(self.bound(*args, **kwargs))
         except Exception as exc:  # held for `get`, as Ray holds a task's error (KeyboardInterrupt goes through)
             return Done(error=exc)
 

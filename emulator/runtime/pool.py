@@ -16,6 +16,7 @@ import ray
 from emulator.runtime import inline
 from emulator.runtime.grouping import GROUP_BYTES, MAX_GROUP, group_jobs  # noqa: F401  (re-exported)
 from emulator.runtime.runner import DeviceRunner, RunnerActor
+from emulator.training.local import denormals_flushed
 
 Job = TypeVar("Job")
 logger = logging.getLogger(__name__)
@@ -33,7 +34,8 @@ class RunnerPool:
     def in_process(cls, count: int, torch_threads: int | None, gpu: bool = False) -> "RunnerPool":
         """`count` runners in this process (runtime.backend: inline): each job runs when it is handed out,
         in job order, so the results are those of Ray runners."""
-        return cls([inline.InlineActor(DeviceRunner(torch_threads, gpu=gpu)) for _ in range(count)])
+        with denormals_flushed():  # a runner sets its process's arithmetic: here only while it starts
+            return cls([inline.InlineActor(DeviceRunner(torch_threads, gpu=gpu)) for _ in range(count)])
 
     def put(self, value):
         """Put a value where the runners read it: Ray's object store, or nowhere (in-process runners)."""

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -161,7 +162,8 @@ def evaluate_per_sample(model: nn.Module, inputs: torch.Tensor, labels: torch.Te
 def set_torch_arithmetic(torch_threads: int | None) -> int:
     """Fix how this process's torch computes: denormal floats flushed to zero, and the intra-op thread count
     `runtime.torch_threads`, else 1. Returns the count. Called by every process that trains or evaluates:
-    runners and the server (and the driver, for a run in process).
+    runners and the server. In a run in process (runtime.backend: inline) the driver's own arithmetic is
+    left as it was: `denormals_flushed` sets the flush around each of the run's calls only.
 
     Denormals (magnitudes below 1.2e-38) are flushed to zero, as TensorFlow does on CPUs by default and GPUs
     do in most kernels: an LSTM's saturated gates and Adam's small moments produce them, and a CPU computes
@@ -185,6 +187,19 @@ def set_torch_arithmetic(torch_threads: int | None) -> int:
 def flushes_denormals() -> bool:
     """Whether this thread's arithmetic flushes denormal floats to zero (1e-39 reads as 0)."""
     return torch.tensor([1e-39], dtype=torch.float32).mul(1.0).item() == 0.0
+
+
+@contextmanager
+def denormals_flushed():
+    """This thread's arithmetic as a runner's for the duration (denormals flushed to zero), then as it was:
+    for the runner and server calls of a run in the user's own process, whose numpy and torch must compute
+    afterwards as they did before (a flag left on would flush their denormals too)."""
+    before = flushes_denormals()
+    torch.set_flush_denormal(True)
+    try:
+        yield
+    finally:
+        torch.set_flush_denormal(before)
 
 
 def seed_dropout(seed: int, device: torch.device | str = "cpu") -> None:
