@@ -19,9 +19,15 @@ import ray
 MAX_IDLE = 2  # per session and shipped modules: a sweep's parallel runs each hand one back; more would only idle
 
 
+def shipped_modules(shipped: dict | None) -> tuple:
+    """What tells apart the actors of runs shipping different plugin files (`shipped`: their runtime_env):
+    the uploaded packages' URIs, which Ray derives from the files' content. () for none."""
+    return tuple((shipped or {}).get("py_modules", ()))
+
+
 def _key(shipped: dict | None) -> tuple:
     context = ray.get_runtime_context()  # after ray.shutdown() and ray.init() the job id repeats: the session too
-    return context.get_session_name(), context.get_job_id(), tuple((shipped or {}).get("py_modules", ()))
+    return context.get_session_name(), context.get_job_id(), shipped_modules(shipped)
 
 
 def take(shipped: dict | None = None):

@@ -14,6 +14,7 @@ from typing import Callable, Iterator, Sequence, TypeVar
 import ray
 
 from emulator.runtime import inline
+from emulator.runtime.idle_servers import shipped_modules
 from emulator.runtime.grouping import GROUP_BYTES, MAX_GROUP, group_jobs  # noqa: F401  (re-exported)
 from emulator.runtime.runner import DeviceRunner, RunnerActor
 from emulator.training.local import denormals_flushed
@@ -93,7 +94,7 @@ class RunnerPool:
         """Runners kept alive across runs in this Ray session (tests, notebooks, sweeps): a run takes the
         first `count` runners of its shape, starting more if needed. Runners of another shape are
         stopped first, so their resources are free for the new ones."""
-        shipped = tuple((runtime_env or {}).get("py_modules", ()))
+        shipped = shipped_modules(runtime_env)
         # the session too: after ray.shutdown() and ray.init() the job id repeats, the old handles are dead
         context = ray.get_runtime_context()
         key = (context.get_session_name(), context.get_job_id(), num_cpus, num_gpus, torch_threads, shipped)

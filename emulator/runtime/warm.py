@@ -39,6 +39,7 @@ from pathlib import Path
 import ray
 
 from emulator.runtime import idle_servers
+from emulator.runtime.idle_servers import shipped_modules
 from emulator.runtime.cluster import (LOCAL_SYSTEM_CONFIG, attached_warm_instance, configure_token_auth,
                                       lighten_local_instance, runner_count)
 from emulator.runtime.pool import RunnerPool
@@ -117,11 +118,6 @@ def _warden():
     return ray.get_actor(WARDEN, namespace=NAMESPACE)
 
 
-def _modules(shipped: dict | None) -> tuple:
-    """What tells apart the actors of runs shipping different plugin files: their uploaded packages' URIs."""
-    return tuple((shipped or {}).get("py_modules", ()))
-
-
 class Warden:
     """Owns the warm runners and the idle servers (actors live as long as their owner), hands them out.
 
@@ -156,9 +152,9 @@ class Warden:
 
     def runners(self, count: int, shipped: dict | None = None) -> list:
         with self.lock:
-            if _modules(shipped) != self.modules:  # runners of other modules hold the CPUs: replaced
+            if shipped_modules(shipped) != self.modules:  # runners of other modules hold the CPUs: replaced
                 self._stop_runners()
-                self.modules = _modules(shipped)
+                self.modules = shipped_modules(shipped)
             while len(self.pool) < count:
                 self.pool.append(self._runner(shipped))
             return self.pool[:count]
@@ -176,7 +172,7 @@ class Warden:
         """An idle server of these modules; for a run shipping none, when it was the last, the next one starts
         now (a parallel run's, or a run's that failed and kept its own). Idle servers of older shipped
         modules (an edited plugin's) are stopped."""
-        modules = _modules(shipped)
+        modules = shipped_modules(shipped)
         with self.lock:
             for other in [key for key in self.idle if modules and key not in ((), modules)]:
                 for server in self.idle.pop(other):
@@ -189,7 +185,7 @@ class Warden:
 
     def give_back_server(self, server, shipped: dict | None = None) -> bool:
         with self.lock:
-            idle = self.idle.setdefault(_modules(shipped), [])
+            idle = self.idle.setdefault(shipped_modules(shipped), [])
         return idle_servers.park(server, idle, self.lock)
 
     def idle_server_pids(self) -> list[int]:
