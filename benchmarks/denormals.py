@@ -66,7 +66,8 @@ def main() -> None:
     load_parts()  # the built-in models, by name
     torch.set_num_threads(1)  # as runners train
     print(f"{args.steps} local steps, one thread, median of {args.repeat}")
-    print("| model | s/step, PyTorch's default | s/step, denormals flushed | speed-up | mean loss, default | mean loss, flushed |")
+    print("| model | s/step, PyTorch's default | s/step, denormals flushed | speed-up | mean loss, default "
+          "| mean loss, flushed |")
     print("|---|---|---|---|---|---|")
     for label, case in CASES.items():
         default, flushed = [], []
