@@ -3,7 +3,7 @@
 - A plugin package the nodes never installed runs on it: every actor imports the package the driver shipped
   (runtime_env), never a copy on its own path, even with the package in the driver's working directory (which
   Ray hands on to workers), and the plugin's observer column is computed on the cluster.
-- A run's four runners spread over both nodes and give the metrics of the same run in one process.
+- A run's two runners spread over both nodes (one on each) and give the metrics of the same run in one process.
 - A node that cannot see the driver's disk gets a copy of the run's stored data, once, checked, in its own data
   cache (emulator/runtime/data_nodes.py), and trains from it with the metrics of a run from memory. The node is
   started in a mount namespace of its own where the driver's data cache is an empty file system: what a machine
@@ -31,7 +31,7 @@ from test_plugins import fairness_is_the_ledgers
 
 POPULATION = ROOT / "scenarios" / "cluster" / "population_100k.yaml"
 # population_100k's world at 10,000 devices: data enough for the object store's share to show, 2 rounds
-SMALLER = ["rounds=2", "population.devices=10000", "algorithm.clients_per_round=40", "runtime.runners=4"]
+SMALLER = ["rounds=2", "population.devices=10000", "algorithm.clients_per_round=40", "runtime.runners=2"]
 
 
 def can_hide_a_directory() -> bool:
@@ -79,7 +79,7 @@ def test_a_two_node_cluster_ships_plugins_spreads_runners_and_copies_data_to_a_n
                 time.sleep(0.5)
             ray.shutdown()  # the command line starts its own driver, shipping the plugin package
             code = main(["run", {str(lab / "feddyn.yaml")!r}, "--out", {str(plugin_out)!r}, "--address",
-                         cluster.address, "--quiet", "--set", "runtime.runners=4"])
+                         cluster.address, "--quiet", "--set", "runtime.runners=2"])
             plasma = {{}}
             for mode, out in (("disk", "first"), ("disk", "again"), ("memory", "memory")):
                 lines, seen = [], []
@@ -112,7 +112,7 @@ def test_a_two_node_cluster_ships_plugins_spreads_runners_and_copies_data_to_a_n
     local = {pid for pid, path in lines if shipped not in path}
     assert len(local) == 1 and len(lines) > 2, lines  # the driver alone imported the user's own copy
     summary = json.loads((plugin_out / "summary.json").read_text())
-    assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 4
+    assert summary["status"] == "completed" and summary["runner_nodes"] == 2 and summary["runners"] == 2
     fairness_is_the_ledgers(plugin_out)
 
     # runners on both nodes, from files or from memory, give the metrics of the run in one process
