@@ -175,9 +175,18 @@ def ray_session():
 
     if not ray.is_initialized():
         configure_token_auth()  # token authentication on, as in every run, without Ray's warning
-        ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
-                 runtime_env={"env_vars": {"PYTHONWARNINGS": "ignore::DeprecationWarning"}},
-                 _system_config=LOCAL_SYSTEM_CONFIG)
+        # the actors' warnings setting goes in the environment the instance's processes inherit: a runtime_env
+        # would start every actor through Ray's setup_worker.py, an interpreter importing Ray twice
+        warnings_before = os.environ.get("PYTHONWARNINGS")
+        os.environ["PYTHONWARNINGS"] = "ignore::DeprecationWarning"
+        try:
+            ray.init(address="local", num_cpus=4, include_dashboard=False, logging_level=logging.WARNING,
+                     _system_config=LOCAL_SYSTEM_CONFIG)
+        finally:
+            if warnings_before is None:
+                del os.environ["PYTHONWARNINGS"]
+            else:
+                os.environ["PYTHONWARNINGS"] = warnings_before
         lighten_local_instance()  # as a run's own local instance: no autoscaler monitor, no dashboard process
     yield ray
     ray.shutdown()

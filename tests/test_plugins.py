@@ -229,7 +229,9 @@ def test_an_observer_returning_a_column_it_did_not_declare_is_named_and_stops_th
 
 def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds(ray_session, lab, tmp_path,
                                                                                 capsys):
+    served = tmp_path / "served.log"
     write(lab / "fedlab" / "faulty.py", """\
+        SERVED_LOG = "SERVED_PATH"
         from typing import Literal
         import numpy as np
         from emulator.extend import FedAvg, FedAvgConfig, register_algorithm, register_model
@@ -239,8 +241,14 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
             name: Literal["shrink"] = "shrink"
             bad_round: int = 3
 
+        def served(round_index):  # which server process plays each round (the runs' servers)
+            import os
+            with open(SERVED_LOG, "a") as log:
+                log.write(f"{os.getpid()} {round_index}\\n")
+
         class Shrink(FedAvg):
             def aggregate(self, params, updates, round_index):
+                served(round_index)
                 new = super().aggregate(params, updates, round_index)
                 return new[:-1] if round_index == self.config.bad_round else new
 
@@ -249,6 +257,7 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
 
         class Boom(FedAvg):
             def aggregate(self, params, updates, round_index):
+                served(round_index)
                 if round_index == 3:
                     raise ArithmeticError("the third round")
                 return super().aggregate(params, updates, round_index)
@@ -266,7 +275,7 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
         register_algorithm("shrink", Shrink, config=ShrinkConfig)
         register_algorithm("boom", Boom, config=BoomConfig)
         register_model("crashing_mlp", crashing_mlp, config=CrashConfig)
-    """)
+    """.replace("SERVED_PATH", str(served)))
     out = tmp_path / "shrinking"
     code = main(["run", str(lab / "feddyn.yaml"), "--plugin", "fedlab.faulty", "--out", str(out), "--quiet",
                  "--set", "algorithm={name: shrink, clients_per_round: 10, client_lr: 0.05}"])
@@ -294,6 +303,11 @@ def test_a_plugin_hook_that_fails_stops_the_run_with_exit_2_and_keeps_its_rounds
     err = capsys.readouterr().err
     assert code == 2 and "algorithm 'boom''s aggregate raised ArithmeticError: the third round" in err, err
     assert f"this run's 2 finished rounds are kept: continue with emulator run --resume {boom}" in err, err
+    # a server that answered with the plugin's error went back for the next run, and served it as a fresh
+    # one would: boom's first two rounds (FedAvg's, as shrink's) on the server shrink's run failed on
+    servers = [line.split()[0] for line in served.read_text().splitlines()]
+    assert len(servers) == 6 and len(set(servers)) == 1, servers
+    assert comparable(boom)[:2] == comparable(out)[:2]
 
 
 @pytest.mark.ray  # a cluster in a process of its own

@@ -102,10 +102,21 @@ class ServerHandle:
                 raise RunInterrupted(stop.signum)
         return _unwrapped(lambda: inline.get(ref))
 
-    def finish(self, completed: bool) -> None:
-        """The run ended: a server that played it to its end goes back for a later run where one is kept
-        (its first start only: a restarted one may be of another shape), any other is stopped."""
-        if completed and self.keep is not None and self.actor is not None and self.starts == 1:
+    def answers(self) -> bool:
+        """Whether the server is alive and idle: it answers a call of its rounds' queue at once (after a
+        plugin's error, raised in a call that has returned, it does; one that died or still plays a round
+        does not)."""
+        try:
+            inline.get(self.actor.pid.remote(), timeout=5)
+            return True
+        except Exception:
+            return False
+
+    def finish(self, idle: bool) -> None:
+        """The run ended: a server that is idle (it played the run to its end, or answered with a plugin's
+        error) goes back for a later run where one is kept (its first start only: a restarted one may be of
+        another shape), any other is stopped."""
+        if idle and self.keep is not None and self.actor is not None and self.starts == 1:
             try:
                 self.keep(self.actor)  # it stops the server itself when it cannot keep it
                 self.actor = None

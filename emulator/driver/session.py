@@ -64,7 +64,7 @@ def _session(request: RunRequest) -> RunResult:
         with profile.phase("actors started"):
             shipped = None if request.in_process else plugin_environment(scenario.plugins)
             pool, server = start_actors(scenario, run_key, shipped, session_outlives_run, request.notify)
-        completed = False
+        server_idle = False  # it played the run to its end, or answered with a plugin's error: a later run may take it
         try:
             federation = data.result()
             with profile.phase("actors ready (server set up, runners loaded the run)"):
@@ -76,15 +76,16 @@ def _session(request: RunRequest) -> RunResult:
                 request.directory.write_scenario(scenario, header=_header(request.data_source))
             summary = opening_summary(request, federation, pool, resumed_from, len(recorder.rows))
             summary = play_rounds(request, recorder, server, pool, summary, resumed_from)
-            completed = True
+            server_idle = True
         except KeyboardInterrupt as exc:  # the CLI tells the user where the finished rounds are, if anywhere
             exc.run_dir = request.directory.path if request.directory is not None else None
             raise
         except PluginError as exc:  # its advice made true: this run's directory and rounds, or nothing to resume
+            server_idle = server.answers()
             kept = len(request.directory.whole_metrics()[1]) if request.directory else 0
             raise exc.resumable(request.directory and request.directory.path, kept) from exc.__cause__
         finally:
-            server.finish(completed)
+            server.finish(server_idle)
             pool.shutdown(run_key)
             if request.directory is not None and not resuming:
                 request.directory.unlock()

@@ -5,8 +5,9 @@ much as several rounds of a small run, and on a 2-core machine it competes with 
 run that ends normally hands its server back (`FederatedServer.release` forgets the run and resets torch's
 global generator) and the next run of the same session takes it: metrics are those of a fresh process bit
 for bit (tests/test_idle_servers.py). Kept here: the servers of a Ray session that outlives its runs (a
-notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that failed
-or was stopped never hands its server back. A server that imported plugin modules shipped to it serves only
+notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that ended
+on a plugin's error hands back its server if it answers at once (a user's next try of a plugin being fixed
+pays no new process); a run stopped or failed otherwise never does. A server that imported plugin modules shipped to it serves only
 a later run that ships the same ones (the same files: Ray names shipped modules by their content), as the
 session's shared runners do (RunnerPool.shared).
 """
