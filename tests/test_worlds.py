@@ -254,7 +254,7 @@ BAD = [
     ({"population.ties": [{"by": "label_group", "groups": [[0], [1]], "sets": "compute", "values": ["x", 0]}],
       "population.compute": TIERS}, "population.ties.0.values.0: no population.compute tier named 'x'"),
     ({"population.ties": [{"by": "samples", "sets": "timezone"}]},
-     "population.ties.0.sets: timezone needs a diurnal availability entry"),
+     "population.ties.0.sets: timezone needs a diurnal or eligible availability entry"),
     ({"population.ties": [{"by": "samples", "sets": "dropout_per_hour"}]},
      "population.ties.0.sets: dropout_per_hour is the same for every device until a tie sets it"),
     ({"population.ties": [{"by": "dominant_label", "sets": "compute", "values": ["fast"]}],

@@ -43,7 +43,7 @@ from emulator.registry import (
     register_server_optimizer,
 )
 from emulator.seeding import rng
-from emulator.system import availability, diurnal
+from emulator.system import availability, diurnal, eligibility
 from emulator.training import attacks
 
 # ----------------------------------------------------------------------------------------- algorithms
@@ -173,6 +173,9 @@ register_availability("markov", lambda entry, members, stream, key, world: avail
     config=availability.MarkovAvailability)
 register_availability("diurnal", lambda entry, members, stream, key, world: diurnal.Diurnal(
     members, entry, stream, key, world), config=availability.DiurnalAvailability)
+register_availability("eligible", lambda entry, members, stream, key, world: eligibility.Eligible(
+    members, entry, stream, key, world), config=eligibility.EligibleAvailability,
+    description="Online while charging, idle and on an unmetered network, by daily habits in local time.")
 register_availability("trace", lambda entry, members, stream, key, world: availability.Trace(
     members, entry, stream, world), config=availability.TraceAvailability)
 

@@ -10,6 +10,7 @@ from emulator.registry import AVAILABILITY
 from emulator.seeding import assign_by_share, rng
 from emulator.system.availability import AvailabilityModel, Never, Trace
 from emulator.system.diurnal import Diurnal
+from emulator.system.eligibility import Eligible
 from emulator.system.ties import KEEP, entry_index
 
 
@@ -48,13 +49,23 @@ class AvailabilityMix:
             model.load_state(saved)
 
     def timezone_h(self) -> np.ndarray | None:
-        """Each device's time zone in hours from UTC (NaN outside diurnal entries); None without any."""
-        diurnal = [m for m in self.models if isinstance(m, Diurnal)]
-        if not diurnal:
+        """Each device's time zone in hours from UTC (NaN outside diurnal and eligible entries); None without
+        any."""
+        zoned = [m for m in self.models if isinstance(m, (Diurnal, Eligible))]
+        if not zoned:
             return None
         out = np.full(self.num_devices, np.nan)
-        for model in diurnal:
+        for model in zoned:
             out[model.members] = model.zone_s / 3600.0
+        return out
+
+    def habits(self) -> dict[str, np.ndarray]:
+        """Which daily habits each device has, where an eligible entry gives it habits (-1 elsewhere)."""
+        eligible = [m for m in self.models if isinstance(m, Eligible)]
+        out: dict[str, np.ndarray] = {}
+        for model in eligible:
+            for column, values in model.habit_columns().items():
+                out.setdefault(column, np.full(self.num_devices, -1, dtype=np.int8))[model.members] = values
         return out
 
     def label_of(self, devices: np.ndarray, entries) -> np.ndarray:

@@ -34,6 +34,21 @@ def hashed_normal(key: int, devices: np.ndarray, days: np.ndarray) -> np.ndarray
     return np.clip(normal, -JITTER_BOUND, JITTER_BOUND, out=normal)
 
 
+def draw_zones(zones, members: np.ndarray, rng: np.random.Generator, world=None) -> np.ndarray:
+    """Each member's time zone in seconds from UTC: drawn by the shares of `zones` (a TimeZones config), or
+    tied to its data (population.ties / .types: see system/ties.py)."""
+    shares = zones.shares if zones.shares is not None else [1 / len(zones.offsets_h)] * len(zones.offsets_h)
+    zone_s = 3600.0 * np.asarray(zones.offsets_h, dtype=np.float64)[rng.choice(len(shares), len(members), p=shares)]
+    if world is not None:
+        source = world.order("timezone", members, zone_s)
+        if source is not None:
+            zone_s = zone_s[source]
+        offsets = world.values("timezone", members)
+        if offsets is not None:
+            zone_s = np.where(np.isnan(offsets), zone_s, 3600.0 * offsets)
+    return zone_s
+
+
 class Diurnal(AvailabilityModel):
     """Online in a daily window of local time; each device has its time zone, a fixed start offset and a
     fresh N(0, jitter_h) shift of its window every local day. Computed in seconds throughout, so a window's
@@ -42,19 +57,13 @@ class Diurnal(AvailabilityModel):
     kind = "diurnal"
     day_s = 86400.0
 
-    def __init__(self, members, config, rng: np.random.Generator, key: int, world=None):
+    def __init__(self, members, config, rng: np.random.Generator, key: int, world=None,
+                 zone_s: np.ndarray | None = None):
+        """`zone_s`: the members' time zones, drawn already (several daily habits of one device share its
+        zone, system/eligibility.py); else drawn here from config.timezones."""
         super().__init__(members)
         n = len(members)
-        zones = config.timezones
-        shares = zones.shares if zones.shares is not None else [1 / len(zones.offsets_h)] * len(zones.offsets_h)
-        self.zone_s = 3600.0 * np.asarray(zones.offsets_h, dtype=np.float64)[rng.choice(len(shares), n, p=shares)]
-        if world is not None:  # time zones tied to data (population.ties / .types): see system/ties.py
-            source = world.order("timezone", members, self.zone_s)
-            if source is not None:
-                self.zone_s = self.zone_s[source]
-            offsets = world.values("timezone", members)
-            if offsets is not None:
-                self.zone_s = np.where(np.isnan(offsets), self.zone_s, 3600.0 * offsets)
+        self.zone_s = draw_zones(config.timezones, members, rng, world) if zone_s is None else zone_s
         spread = rng.uniform(-config.start_spread_h / 2, config.start_spread_h / 2, n) if config.start_spread_h else 0.0
         self.base_s = 3600.0 * (config.start_hour + spread) - self.zone_s  # local day 0's opening, in UTC seconds
         self.length_s = 3600.0 * config.hours
@@ -135,9 +144,10 @@ class Diurnal(AvailabilityModel):
     def online(self, local, t):
         return self._containing(local, t)[0]
 
+    # The point questions take one time for all, or one per device (an array as long as `local`).
     def next_offline(self, local, t):
         online, end = self._containing(local, t)
-        return np.where(online, end, float(t))
+        return np.where(online, end, t)
 
     def next_online(self, local, t):
         online, _ = self._containing(local, t)
@@ -145,4 +155,4 @@ class Diurnal(AvailabilityModel):
         for shift in self.opening_shifts:
             start = self._window_starts(local, t, shift)
             following = np.where((start > t) & (start < following), start, following)
-        return np.where(online, float(t), following)
+        return np.where(online, t, following)

@@ -257,6 +257,7 @@ class SimulatedSystem(SystemModel):
         timezone = self.availability.timezone_h()
         if timezone is not None:
             columns["timezone_h"] = timezone
+        columns.update(self.availability.habits())
         played = self.availability.trace_device()
         if played is not None:
             columns["trace_device"] = played

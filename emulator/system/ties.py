@@ -292,9 +292,10 @@ def entry_index(entries, value, where: str, what: str) -> int:
 def check_ties(population) -> None:
     """Cross-field rules of population.ties and .types (run when the scenario is validated)."""
     kinds = [a.kind for a in population.availability]
-    needs_entry = {"timezone": ("diurnal", "a diurnal availability entry (time zones belong to diurnal windows)"),
-                   "online_share": ("markov", "a markov availability entry (an online share sets its off periods)"),
-                   "trace": ("trace", "a trace availability entry")}
+    needs_entry = {"timezone": (("diurnal", "eligible"), "a diurnal or eligible availability entry (time zones "
+                                "belong to daily windows)"),
+                   "online_share": (("markov",), "a markov availability entry (an online share sets its off periods)"),
+                   "trace": (("trace",), "a trace availability entry")}
     tied: dict[str, str] = {}
     for i, tie in enumerate(population.ties):
         where = f"population.ties.{i}"
@@ -328,21 +329,21 @@ def check_ties(population) -> None:
 
 
 def _check_zones_used(population) -> None:
-    """The rule between a diurnal entry's own time zones and zones given by type or tie: a device whose type
+    """The rule between a diurnal (or eligible) entry's own time zones and zones given by type or tie: a device whose type
     (or a tie's value for it) gives a zone takes that one; the entry's `timezones` apply to the devices left
     without one. When every type gives one, no device is left, and time zones written in the entry would be
     ignored without a word: refused. (A tie's groups may leave devices out, so its entries' zones may serve.)"""
     if not population.types or any(t.timezone is None for t in population.types):
         return
     for i, entry in enumerate(population.availability):
-        if entry.kind == "diurnal" and entry.timezones != type(entry.timezones)():  # the default (UTC) says nothing
+        if entry.kind in ("diurnal", "eligible") and entry.timezones != type(entry.timezones)():  # the default (UTC) says nothing
             raise ScenarioFieldError(f"population.availability.{i}.timezones", "every type in population.types "
                                      "sets its timezone, so these time zones would never be used; drop them (or "
                                      "leave timezone out of a type, whose devices then draw from them)")
 
 
 def _check_target(population, behaviour, kinds, needs_entry, where) -> None:
-    if behaviour in needs_entry and needs_entry[behaviour][0] not in kinds:
+    if behaviour in needs_entry and not set(needs_entry[behaviour][0]) & set(kinds):
         raise ScenarioFieldError(where, f"{behaviour} needs {needs_entry[behaviour][1]} in population.availability")
     if behaviour == "availability" and len(population.availability) < 2:
         raise ScenarioFieldError(where, "tying availability needs at least two entries in population.availability "

@@ -1,0 +1,148 @@
+"""Eligibility: a device checks in only while its owner's habits make it eligible, as deployed FL does it.
+
+Production systems train only on a phone that is charging, idle and on an unmetered network (Bonawitz et
+al., SysML 2019; FLASH's trace applies the same rule, ../shared/traces.md). Who takes part then follows
+*why* a phone is online: nightly charging in its time zone, Wi-Fi at home, a screen that wakes in the
+morning; the phones that never charge at night or have no home Wi-Fi never train, and a phone that is
+unplugged, leaves Wi-Fi or is picked up mid-round is lost.
+
+Each habit is a daily window of local time (the diurnal model's window: a start hour, a length, a fixed
+per-device offset and a fresh jitter every day), held by a share of the devices; a device's habits share
+its time zone. The policy (`requires`) names the clauses that must all hold. Every question is answered in
+closed form from the windows, vectorised over the devices asked about; nothing is stored per device beyond
+its zone, offsets and which habits it has.
+"""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+import numpy as np
+from pydantic import Field, model_validator
+
+from emulator.scenario import AvailabilitySettings, ScenarioFieldError, Strict
+from emulator.system.availability import INF, AvailabilityModel, TimeZones
+from emulator.system.diurnal import Diurnal, draw_zones
+
+CLAUSES = ("charging", "unmetered", "idle")
+SEARCH_DAYS = 400  # next_online looks this far ahead for a time every clause holds; beyond it: never
+
+
+class DailyHabit(Strict):
+    """A daily window of local time held by a share of the devices (the others never have it)."""
+
+    start_hour: float = Field(ge=0, lt=24)
+    hours: float = Field(gt=0, le=24)
+    start_spread_h: float = Field(0.0, ge=0, le=24)  # each device's fixed offset, in +-spread/2
+    jitter_h: float = Field(0.0, ge=0)               # a fresh N(0, jitter) shift of the window every day
+    share: float = Field(1.0, ge=0, le=1)            # the devices that have this habit at all
+
+
+class EligibleAvailability(AvailabilitySettings):
+    """Online while the policy holds: by default charging, idle (not in use) and on an unmetered network.
+
+    Defaults: plugged in overnight from about 23:00 for 7 h (85% of phones charge at night), on home
+    Wi-Fi from about 18:00 for 14 h (75% have it), in use from about 07:00 for 15.5 h; every window
+    spread over 2-3 h between devices and shifted by under an hour from day to day."""
+
+    kind: Literal["eligible"] = "eligible"
+    share: float = Field(1.0, gt=0, le=1)
+    name: Optional[str] = None
+    charging: DailyHabit = DailyHabit(start_hour=23, hours=7, start_spread_h=3, jitter_h=0.75, share=0.85)
+    unmetered: DailyHabit = DailyHabit(start_hour=18, hours=14, start_spread_h=2, jitter_h=0.5, share=0.75)
+    in_use: DailyHabit = DailyHabit(start_hour=7, hours=15.5, start_spread_h=3, jitter_h=0.75, share=1.0)
+    requires: list[Literal[CLAUSES]] = Field(default_factory=lambda: list(CLAUSES), min_length=1)
+    timezones: TimeZones = TimeZones()
+
+    @model_validator(mode="after")
+    def _distinct(self):
+        if len(set(self.requires)) != len(self.requires):
+            raise ScenarioFieldError("requires", f"names a clause twice: {self.requires}; each of "
+                                     f"{', '.join(CLAUSES)} at most once")
+        return self
+
+
+class Eligible(AvailabilityModel):
+    """Online while every required clause holds; see the module docstring."""
+
+    kind = "eligible"
+
+    def __init__(self, members, config: EligibleAvailability, rng: np.random.Generator, key: int, world=None):
+        super().__init__(members)
+        self.zone_s = draw_zones(config.timezones, members, rng, world)
+        self.requires = tuple(config.requires)
+        self.habits: dict[str, Diurnal] = {}
+        self.has: dict[str, np.ndarray] = {}
+        for index, name in enumerate(("charging", "unmetered", "in_use")):
+            habit = getattr(config, name)
+            self.has[name] = rng.random(len(members)) < habit.share
+            self.habits[name] = Diurnal(members, habit, rng, key * 4 + index + 1, zone_s=self.zone_s)
+
+    # ---------------------------------------------------------------------------------- the clauses
+    def _holds(self, clause: str, local, t, everyone: bool = False) -> np.ndarray:
+        """Whether each device meets the clause at t (its habit's window: open, or for idle, closed)."""
+        if clause == "idle":
+            habit, has = self.habits["in_use"], self.has["in_use"][local]
+            return ~(has & (habit.online_all(t) if everyone else habit.online(local, t)))
+        habit, has = self.habits[clause], self.has[clause][local]
+        return has & (habit.online_all(t) if everyone else habit.online(local, t))
+
+    def _lapses(self, clause: str, local, t) -> np.ndarray:
+        """When the clause stops holding for devices that meet it at t (inf: never)."""
+        if clause == "idle":  # the phone is picked up when its in-use window next opens
+            habit, has = self.habits["in_use"], self.has["in_use"][local]
+            return np.where(has, habit.next_online(local, t), INF)
+        return np.where(self.has[clause][local], self.habits[clause].next_offline(local, t), INF)
+
+    def _next_holds(self, clause: str, local, t) -> np.ndarray:
+        """The earliest time >= t at which the clause holds (inf: never)."""
+        if clause == "idle":
+            habit, has = self.habits["in_use"], self.has["in_use"][local]
+            return np.where(has, habit.next_offline(local, t), t)
+        return np.where(self.has[clause][local], self.habits[clause].next_online(local, t), INF)
+
+    # ------------------------------------------------------------------------------------ the model
+    def online(self, local, t):
+        local = np.asarray(local, dtype=np.int64)
+        holds = np.ones(len(local), dtype=bool)
+        for clause in self.requires:
+            holds &= self._holds(clause, local, t)
+        return holds
+
+    def online_all(self, t):
+        local = np.arange(len(self.members))
+        holds = np.ones(len(local), dtype=bool)
+        for clause in self.requires:
+            holds &= self._holds(clause, local, t, everyone=True)
+        return holds
+
+    def next_offline(self, local, t):
+        """For a device online at t, the first lapse of any clause; t itself for one offline at t."""
+        local = np.asarray(local, dtype=np.int64)
+        online = self.online(local, t)
+        end = np.full(len(local), INF)
+        for clause in self.requires:
+            end = np.minimum(end, self._lapses(clause, local, t))
+        return np.where(online, end, float(t))
+
+    def next_online(self, local, t):
+        """The earliest time >= t at which every clause holds: each clause in turn moves a device's time to
+        when it next holds, until none moves it (all hold) or the search passes SEARCH_DAYS (never)."""
+        local = np.asarray(local, dtype=np.int64)
+        at = np.full(len(local), float(t))
+        open_ = np.arange(len(local))  # devices still searching
+        horizon = float(t) + SEARCH_DAYS * Diurnal.day_s
+        while len(open_):
+            who, when = local[open_], at[open_]
+            moved = when.copy()
+            for clause in self.requires:
+                going = np.isfinite(moved)  # a device that never meets one clause is done
+                moved[going] = np.maximum(moved[going], self._next_holds(clause, who[going], moved[going]))
+            settled = (moved == when) & self.online(who, when)
+            never = ~settled & (moved > horizon)
+            at[open_] = np.where(never, INF, moved)
+            open_ = open_[~settled & ~never]
+        return at
+
+    def habit_columns(self) -> dict[str, np.ndarray]:
+        """participation.csv's columns of which habits each member has (1) or lacks (0)."""
+        return {f"has_{name}": self.has[name].astype(np.int8) for name in ("charging", "unmetered", "in_use")}
