@@ -44,7 +44,8 @@ def worlds(tmp_path) -> dict[str, dict]:
     rich = small_scenario(rounds=1, **{
         "system": {"model": "simulated", "deadline_s": 600}, "population.compute": TIERS, "population.network": LINKS,
         "population.availability": [
-            {"kind": "diurnal", "share": 0.4, "hours": 24, "timezones": {"offsets_h": [-5, 8]}},
+            {"kind": "diurnal", "share": 0.3, "hours": 24, "timezones": {"offsets_h": [-5, 8]}},
+            {"kind": "eligible", "share": 0.1, "requires": ["charging"], "charging": {"start_hour": 0, "hours": 24}},
             {"kind": "trace", "share": 0.3, "file": _trace(tmp_path / "trace.csv"), "reuse": True},
             {"kind": "always", "share": 0.3, "name": "plugged"}],
         "population.types": [{"name": "casual", "share": 0.5}, {"name": "keen", "share": 0.5}],
