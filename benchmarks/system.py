@@ -17,7 +17,11 @@ independent one's time per round at 10^6. Time per round covers every round afte
 included (it computes every device's window; later rounds recompute only devices whose answer may have
 changed); the build is its own column.
 
+With `--availability eligible` the same worlds have the `eligible` entry instead (charging, idle and
+unmetered habits in the same three zones, system/eligibility.py): three daily windows a device instead of one.
+
     .venv/bin/python benchmarks/system.py [--rounds 50] [--sizes 10000 100000 1000000 10000000]
+                                          [--availability diurnal|eligible]
 """
 from __future__ import annotations
 
@@ -40,26 +44,33 @@ TYPES = [{"name": "night-charger", "share": 0.5, "timezone": -5, "compute": "mid
 COHORT = 1000
 
 
-def scenario(devices: int, tied: bool = False) -> dict:
+ZONES = {"offsets_h": [-5, 1, 8], "shares": [0.4, 0.3, 0.3]}
+AVAILABILITY = {
+    "diurnal": {"kind": "diurnal", "start_hour": 21, "hours": 8, "start_spread_h": 3, "jitter_h": 0.5, "timezones": ZONES},
+    "eligible": {"kind": "eligible", "timezones": ZONES},  # the default habits
+}
+
+
+def scenario(devices: int, tied: bool = False, availability: str = "diurnal") -> dict:
     raw = {
         "name": f"system-{devices}", "rounds": 1, "seed": 0,
         "algorithm": {"clients_per_round": COHORT, "local_steps": 10, "batch_size": 32},
         "population": {
             "devices": devices,
-            "availability": [{"kind": "diurnal", "start_hour": 21, "hours": 8, "start_spread_h": 3,
-                              "jitter_h": 0.5, "timezones": {"offsets_h": [-5, 1, 8], "shares": [0.4, 0.3, 0.3]}}],
+            "availability": [dict(AVAILABILITY[availability])],
             "dropout_per_hour": 0.2,
         },
         "system": {"model": "simulated", "over_selection": 1.3, "deadline_s": 900},
     }
     population = raw["population"]
     population["compute"] = TIERS
-    if tied:
+    if tied:  # every type gives its time zone: the entry's own would never be used (and is refused)
         population.update({"types": TYPES, "correlation": 0.8})
+        del population["availability"][0]["timezones"]
     return raw
 
 
-def measure(devices: int, rounds: int, tied: bool = False) -> dict:
+def measure(devices: int, rounds: int, tied: bool = False, availability: str = "diurnal") -> dict:
     """Runs in a child process: build the world, run `rounds` rounds, report time and peak memory."""
     import numpy as np
 
@@ -70,7 +81,10 @@ def measure(devices: int, rounds: int, tied: bool = False) -> dict:
     if devices == 0:
         return {"devices": 0, "build_s": 0.0, "ms_per_round": 0.0, "peak_mib": _peak_mib(), "participants": 0}
     started = time.perf_counter()
-    system = SimulatedSystem(validate_scenario(scenario(devices, tied)))
+    raw = scenario(devices, tied, availability)
+    if availability == "eligible":  # a round waits (up to a day) until enough phones are eligible
+        raw["system"]["selection_timeout_s"] = 86400
+    system = SimulatedSystem(validate_scenario(raw))
     build_s = time.perf_counter() - started
     policy = Uniform()
     samples = lambda ids: np.full(len(ids), 320)
@@ -94,14 +108,16 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=50)
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--availability", choices=sorted(AVAILABILITY), default="diurnal")
     parser.add_argument("--tied", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(measure(args.child, args.rounds, args.tied)))
+        print(json.dumps(measure(args.child, args.rounds, args.tied, args.availability)))
         return 0
 
     def child(size, tied=False):
-        command = [sys.executable, __file__, "--child", str(size), "--rounds", str(args.rounds)]
+        command = [sys.executable, __file__, "--child", str(size), "--rounds", str(args.rounds),
+                   "--availability", args.availability]
         out = subprocess.run(command + (["--tied"] if tied else []), capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -109,7 +125,7 @@ def main(argv=None) -> int:
     for size in args.sizes:
         results.append({**child(size), "tied": child(size, tied=True)})
     baseline = results[0]["peak_mib"]
-    print(f"system model only: diurnal availability, {COHORT} reports a round (x1.3 over-selection), "
+    print(f"system model only: {args.availability} availability, {COHORT} reports a round (x1.3 over-selection), "
           f"{args.rounds} rounds; baseline process {baseline:.0f} MiB", file=sys.stderr)
     header = ("devices", "build s", "ms / round", "target", "peak MiB", "over baseline MiB", "mem target",
               "reports / round", "simulated h", "types: build s", "types: ms / round", "types: peak MiB",
