@@ -49,6 +49,7 @@ def worlds(tmp_path) -> dict[str, dict]:
             {"kind": "trace", "share": 0.3, "file": _trace(tmp_path / "trace.csv"), "reuse": True},
             {"kind": "always", "share": 0.3, "name": "plugged"}],
         "population.types": [{"name": "casual", "share": 0.5}, {"name": "keen", "share": 0.5}],
+        "population.energy": {"cellular_share": 0.5},
         "population.ties": [{"by": "samples", "sets": "dropout_per_hour", "scale": [0.0, 0.5]},
                             {"by": "samples", "sets": "network"},
                             {"by": "dominant_label", "sets": "compute", "groups": [[0, 1, 2, 3, 4], [5, 6, 7, 8, 9]],

@@ -209,6 +209,7 @@ ON_RAY = {
     "worlds/what_devices_get.yaml",      # evaluation on every device's own test split (a runner's pass)
     "worlds/personal_layers.yaml",       # per-device state (FedPer): personal models scored on the runners
     "security/backdoor_always_on.yaml",  # attackers: poisoned training on the runners, the backdoor measured
+    "worlds/eligible_at_night.yaml",     # eligibility by habits, and the devices' energy
 }
 
 

@@ -8,6 +8,7 @@ from pydantic import Field, model_validator
 
 from emulator.registry import ATTACKS, AVAILABILITY, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
+from emulator.scenario.energy import EnergyConfig
 
 
 # --------------------------------------------------------------------------------- population, system
@@ -264,6 +265,7 @@ class PopulationConfig(Strict):
     # 1 - c of the devices swap their tied behaviour at random among themselves (so the fleet's make-up
     # never changes); 0 is independence.
     correlation: float = Field(1.0, ge=0, le=1)
+    energy: Optional[EnergyConfig] = None  # batteries and the power of each device's work (scenario/energy.py)
 
     @model_validator(mode="before")
     @classmethod

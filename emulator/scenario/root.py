@@ -84,10 +84,17 @@ class Scenario(Strict):
             if population.ties:
                 raise ScenarioFieldError("population.ties", "ties set behaviour, which only exists with system.model: "
                                          "simulated (the ideal model keeps everyone online at one speed)")
+            if population.energy is not None:
+                raise ScenarioFieldError("population.energy", "energy is spent by devices working on the simulated "
+                                         "clock, which system.model: ideal does not have; use system.model: simulated")
             behaving = [t.name for t in population.types or [] if any(t.behaviour(b) is not None for b in TYPE_BEHAVIOURS)]
             if behaving:
                 raise ScenarioFieldError("population.types", f"type(s) {behaving} set behaviour, which only exists "
                                          "with system.model: simulated")
+        if population.energy is not None and isinstance(self.algorithm, AsynchronousTraining):
+            raise ScenarioFieldError("population.energy", f"{self.algorithm.name} is asynchronous; the energy of a "
+                                     "device's work is charged in synchronous rounds: use a synchronous algorithm, or "
+                                     "leave population.energy out")
         _check_classes(self)
         _check_attacks(self)
         _check_local_test(self.data)

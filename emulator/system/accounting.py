@@ -29,8 +29,10 @@ class ParticipationLedger:
 
     fields = ("selected", "reported", "dropped", "straggled", "cancelled")
 
-    def __init__(self, num_devices: int):
+    def __init__(self, num_devices: int, energy: bool = False):
+        """`energy`: also each device's joules spent on learning (a world with population.energy)."""
         self.counts = {name: np.zeros(num_devices, dtype=np.int32) for name in self.fields}
+        self.energy_j = np.zeros(num_devices) if energy else None
 
     def record(self, selected: np.ndarray, reported: np.ndarray, dropped: np.ndarray, straggled: np.ndarray,
                cancelled: np.ndarray = ()) -> None:
@@ -38,10 +40,19 @@ class ParticipationLedger:
         for name, ids in zip(self.fields, (selected, reported, dropped, straggled, cancelled)):
             np.add.at(self.counts[name], np.asarray(ids, dtype=np.int64), 1)
 
+    def charge(self, devices: np.ndarray, joules: np.ndarray) -> None:
+        """Add one round's energy of each device it lists (distinct ids)."""
+        np.add.at(self.energy_j, np.asarray(devices, dtype=np.int64), joules)
+
     def state(self) -> dict[str, np.ndarray]:
-        return {name: array.copy() for name, array in self.counts.items()}
+        state = {name: array.copy() for name, array in self.counts.items()}
+        if self.energy_j is not None:
+            state["energy_j"] = self.energy_j.copy()
+        return state
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Restore the counters; a counter missing from an older checkpoint (`cancelled`) restarts at zero."""
         for name in self.fields:
             self.counts[name][:] = state[name] if name in state else 0
+        if self.energy_j is not None:
+            self.energy_j[:] = state["energy_j"]

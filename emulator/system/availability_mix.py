@@ -59,6 +59,14 @@ class AvailabilityMix:
             out[model.members] = model.zone_s / 3600.0
         return out
 
+    def unmetered(self) -> np.ndarray:
+        """Which devices only ever train on an unmetered network: those of eligible entries requiring it."""
+        out = np.zeros(self.num_devices, dtype=bool)
+        for model in self.models:
+            if isinstance(model, Eligible) and "unmetered" in model.requires:
+                out[model.members] = True
+        return out
+
     def habits(self) -> dict[str, np.ndarray]:
         """Which daily habits each device has, where an eligible entry gives it habits (-1 elsewhere)."""
         eligible = [m for m in self.models if isinstance(m, Eligible)]

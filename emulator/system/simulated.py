@@ -28,9 +28,10 @@ import simpy
 
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.seeding import rng
-from emulator.system.accounting import compute_seconds, transfer_seconds
+from emulator.system.accounting import ParticipationLedger, compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
+from emulator.system.energy import EnergyProfiles, round_columns, round_energy
 from emulator.system.profiles import DeviceProfiles
 from emulator.system.secure_stages import SecureStages
 from emulator.system.ties import World
@@ -51,6 +52,11 @@ class SimulatedSystem(SystemModel):
         self.secure_stages = SecureStages(self.profiles)  # secure aggregation's side of each device
         self.entries = population.availability
         self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed, self.world)
+        self.energy = population.energy  # None: a world without batteries
+        if self.energy is not None:
+            self.energy_profiles = EnergyProfiles.draw(self.energy, population.devices, rng(scenario.seed, "energy"),
+                                                       self.availability.unmetered())
+            self.ledger = ParticipationLedger(population.devices, energy=True)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
         if self.world is not None:
@@ -161,7 +167,8 @@ class SimulatedSystem(SystemModel):
         lost_at = np.minimum(lost_at, start + self.dropout_after(devices, stream))
         dropped = lost_at < finish
         return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
-                "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup}
+                "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup,
+                "down_s": down, "compute_s": compute}
 
     def dropout_after(self, devices: np.ndarray, stream: np.random.Generator) -> np.ndarray:
         """Seconds from when each device starts working until its dropout hazard strikes (inf: never)."""
@@ -206,6 +213,7 @@ class SimulatedSystem(SystemModel):
             extra_up += len(reports) * (cost.masked_upload_bytes(n) - request.bytes_up)
             failed = failed or aborted
         reported = np.repeat(devices[reports], weight[reports])
+        energy = {} if self.energy is None else self._spend(devices, plan, closed, finished_in_time & (not failed))
         self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
                            devices[cancelled])
         events = self._events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) \
@@ -214,7 +222,18 @@ class SimulatedSystem(SystemModel):
             start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
             dropped=devices[dropped], stragglers=devices[stragglers], cancelled=devices[cancelled],
             bytes_down=int(downloaded.sum()) * request.bytes_down + extra_down,
-            bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol)
+            bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol,
+            energy=energy)
+
+    def _spend(self, devices, plan, closed, used) -> dict[str, float]:
+        """Charge each selected device the energy of the work it did this round (system/energy.py); the
+        round's energy columns. `used`: whether each device's report went into the model."""
+        energy, profiles = self.energy, self.profiles
+        compute_j, radio_j = round_energy(plan, closed, self.energy_profiles.compute_w[devices],
+                                          self.energy_profiles.cellular[devices], profiles.down_mbps[devices],
+                                          profiles.up_mbps[devices], energy.wifi, energy.cellular)
+        self.ledger.charge(devices, compute_j + radio_j)
+        return round_columns(compute_j, radio_j, used)
 
     @staticmethod
     def _events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) -> list[tuple]:
@@ -263,6 +282,9 @@ class SimulatedSystem(SystemModel):
             columns["trace_device"] = played
         if np.ndim(self.dropout_per_hour):
             columns["dropout_per_hour"] = self.dropout_per_hour
+        if self.energy is not None:
+            columns.update(battery_wh=self.energy_profiles.battery_wh, compute_w=self.energy_profiles.compute_w,
+                           link=np.where(self.energy_profiles.cellular, "cellular", "wifi"))
         if self.world is not None:
             columns.update(self.world.columns)
         return columns
