@@ -46,7 +46,8 @@ COHORT = 1000
 
 ZONES = {"offsets_h": [-5, 1, 8], "shares": [0.4, 0.3, 0.3]}
 AVAILABILITY = {
-    "diurnal": {"kind": "diurnal", "start_hour": 21, "hours": 8, "start_spread_h": 3, "jitter_h": 0.5, "timezones": ZONES},
+    "diurnal": {"kind": "diurnal", "start_hour": 21, "hours": 8, "start_spread_h": 3, "jitter_h": 0.5,
+                "timezones": ZONES},
     "eligible": {"kind": "eligible", "timezones": ZONES},  # the default habits
 }
 

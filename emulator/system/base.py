@@ -57,7 +57,7 @@ class RoundOutcome:
     server_compute_s: float = 0.0
     events: list = field(default_factory=list)  # (time_s, device, event) when events are recorded
     protocol: dict = field(default_factory=dict)  # secure aggregation's columns (emulator.system.simulated.SECAGG_COLUMNS)
-    energy: dict = field(default_factory=dict)  # the devices' energy this round (emulator.system.energy.ENERGY_COLUMNS)
+    energy: dict = field(default_factory=dict)  # the devices' energy this round (system.energy.ENERGY_COLUMNS)
 
     @property
     def duration_s(self) -> float:

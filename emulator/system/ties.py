@@ -329,14 +329,16 @@ def check_ties(population) -> None:
 
 
 def _check_zones_used(population) -> None:
-    """The rule between a diurnal (or eligible) entry's own time zones and zones given by type or tie: a device whose type
-    (or a tie's value for it) gives a zone takes that one; the entry's `timezones` apply to the devices left
-    without one. When every type gives one, no device is left, and time zones written in the entry would be
-    ignored without a word: refused. (A tie's groups may leave devices out, so its entries' zones may serve.)"""
+    """The rule between a diurnal (or eligible) entry's own time zones and zones given by type or tie: a
+    device whose type (or a tie's value for it) gives a zone takes that one; the entry's `timezones` apply
+    to the devices left without one. When every type gives one, no device is left, and time zones written
+    in the entry would be ignored without a word: refused. (A tie's groups may leave devices out, so its
+    entries' zones may serve.)"""
     if not population.types or any(t.timezone is None for t in population.types):
         return
     for i, entry in enumerate(population.availability):
-        if entry.kind in ("diurnal", "eligible") and entry.timezones != type(entry.timezones)():  # the default (UTC) says nothing
+        # the default (UTC) says nothing
+        if entry.kind in ("diurnal", "eligible") and entry.timezones != type(entry.timezones)():
             raise ScenarioFieldError(f"population.availability.{i}.timezones", "every type in population.types "
                                      "sets its timezone, so these time zones would never be used; drop them (or "
                                      "leave timezone out of a type, whose devices then draw from them)")
