@@ -7,9 +7,9 @@ global generator) and the next run of the same session takes it: metrics are tho
 for bit (tests/test_idle_servers.py). Kept here: the servers of a Ray session that outlives its runs (a
 notebook, a sweep, the tests); a warm instance's warden keeps its own (runtime/warm.py). A run that ended
 on a plugin's error hands back its server if it answers at once (a user's next try of a plugin being fixed
-pays no new process); a run stopped or failed otherwise never does. A server that imported plugin modules shipped to it serves only
-a later run that ships the same ones (the same files: Ray names shipped modules by their content), as the
-session's shared runners do (RunnerPool.shared).
+pays no new process); a run stopped or failed otherwise never does. A server that imported plugin
+modules shipped to it serves only a later run that ships the same ones (the same files: Ray names shipped
+modules by their content), as the session's shared runners do (RunnerPool.shared).
 """
 from __future__ import annotations
 
