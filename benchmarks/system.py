@@ -19,9 +19,11 @@ changed); the build is its own column.
 
 With `--availability eligible` the same worlds have the `eligible` entry instead (charging, idle and
 unmetered habits in the same three zones, system/eligibility.py): three daily windows a device instead of one.
+With `--energy` every device also has a battery and each round charges the selected devices' energy
+(population.energy, system/energy.py).
 
     .venv/bin/python benchmarks/system.py [--rounds 50] [--sizes 10000 100000 1000000 10000000]
-                                          [--availability diurnal|eligible]
+                                          [--availability diurnal|eligible] [--energy]
 """
 from __future__ import annotations
 
@@ -52,7 +54,7 @@ AVAILABILITY = {
 }
 
 
-def scenario(devices: int, tied: bool = False, availability: str = "diurnal") -> dict:
+def scenario(devices: int, tied: bool = False, availability: str = "diurnal", energy: bool = False) -> dict:
     raw = {
         "name": f"system-{devices}", "rounds": 1, "seed": 0,
         "algorithm": {"clients_per_round": COHORT, "local_steps": 10, "batch_size": 32},
@@ -65,13 +67,16 @@ def scenario(devices: int, tied: bool = False, availability: str = "diurnal") ->
     }
     population = raw["population"]
     population["compute"] = TIERS
+    if energy:
+        population["energy"] = {"cellular_share": 0.3}
     if tied:  # every type gives its time zone: the entry's own would never be used (and is refused)
         population.update({"types": TYPES, "correlation": 0.8})
         del population["availability"][0]["timezones"]
     return raw
 
 
-def measure(devices: int, rounds: int, tied: bool = False, availability: str = "diurnal") -> dict:
+def measure(devices: int, rounds: int, tied: bool = False, availability: str = "diurnal",
+            energy: bool = False) -> dict:
     """Runs in a child process: build the world, run `rounds` rounds, report time and peak memory."""
     import numpy as np
 
@@ -82,7 +87,7 @@ def measure(devices: int, rounds: int, tied: bool = False, availability: str = "
     if devices == 0:
         return {"devices": 0, "build_s": 0.0, "ms_per_round": 0.0, "peak_mib": _peak_mib(), "participants": 0}
     started = time.perf_counter()
-    raw = scenario(devices, tied, availability)
+    raw = scenario(devices, tied, availability, energy)
     if availability == "eligible":  # a round waits (up to a day) until enough phones are eligible
         raw["system"]["selection_timeout_s"] = 86400
     system = SimulatedSystem(validate_scenario(raw))
@@ -110,15 +115,16 @@ def main(argv=None) -> int:
     parser.add_argument("--sizes", type=int, nargs="+", default=[10_000, 100_000, 1_000_000, 10_000_000])
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--availability", choices=sorted(AVAILABILITY), default="diurnal")
+    parser.add_argument("--energy", action="store_true", help="every device has a battery (population.energy)")
     parser.add_argument("--tied", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child is not None:
-        print(json.dumps(measure(args.child, args.rounds, args.tied, args.availability)))
+        print(json.dumps(measure(args.child, args.rounds, args.tied, args.availability, args.energy)))
         return 0
 
     def child(size, tied=False):
         command = [sys.executable, __file__, "--child", str(size), "--rounds", str(args.rounds),
-                   "--availability", args.availability]
+                   "--availability", args.availability] + (["--energy"] if args.energy else [])
         out = subprocess.run(command + (["--tied"] if tied else []), capture_output=True, text=True, check=True)
         return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -126,7 +132,8 @@ def main(argv=None) -> int:
     for size in args.sizes:
         results.append({**child(size), "tied": child(size, tied=True)})
     baseline = results[0]["peak_mib"]
-    print(f"system model only: {args.availability} availability, {COHORT} reports a round (x1.3 over-selection), "
+    world = args.availability + (" availability, energy" if args.energy else " availability")
+    print(f"system model only: {world}, {COHORT} reports a round (x1.3 over-selection), "
           f"{args.rounds} rounds; baseline process {baseline:.0f} MiB", file=sys.stderr)
     header = ("devices", "build s", "ms / round", "target", "peak MiB", "over baseline MiB", "mem target",
               "reports / round", "simulated h", "types: build s", "types: ms / round", "types: peak MiB",

@@ -312,3 +312,17 @@ def test_the_python_api_refuses_a_damaged_file_when_it_is_read(healthy, tmp_path
     assert str(run / name) in str(refused.value) or name == "scenario.yaml" and "scenario.yaml" in str(refused.value)
     if name != "scenario.yaml":
         assert says is None or says in str(refused.value), str(refused.value)
+
+
+@pytest.mark.parametrize("cut_before", ["system:", "algorithm:"])
+def test_a_scenario_yaml_cut_short_that_still_parses_is_refused(healthy, tmp_path, cut_before):
+    """A file that lost its last sections can still be a valid scenario (they take their defaults): the
+    run's own record of its start (summary.json) tells it apart from the scenario it ran."""
+    import emulator
+
+    run = copy_of(healthy, tmp_path)
+    text = (run / "scenario.yaml").read_text()
+    (run / "scenario.yaml").write_text(text[:text.index(f"\n{cut_before}") + 1])
+    with pytest.raises(ScenarioError, match="does not describe the run summary.json recorded"):
+        emulator.load(run).scenario
+    assert emulator.load(healthy).scenario.name == "healthy"  # the whole file is read as before

@@ -73,7 +73,9 @@ class Run:
         from emulator.parts import load_scenario
 
         found = self.summary.get("plugin_paths") or []  # where its plugins were found when it ran
-        return load_scenario(self.path / "scenario.yaml", search=[Path(p) for p in found])
+        scenario = load_scenario(self.path / "scenario.yaml", search=[Path(p) for p in found])
+        _check_recorded(self.path / "scenario.yaml", scenario, self.summary)
+        return scenario
 
     @property
     def metrics(self):
@@ -190,3 +192,20 @@ class Sweep:
                          "final_test_acc": summary.get("final_test_acc"), "best_test_acc": summary.get("best_test_acc"),
                          "sim_time_s": summary.get("sim_time_s"), "path": str(run_.path)})
         return pd.DataFrame(rows)
+
+
+def _check_recorded(path: Path, scenario: Scenario, summary: dict) -> None:
+    """Refuse a scenario.yaml that no longer describes the run summary.json recorded at its start (a file
+    cut short can still parse, its lost sections taking their defaults). Trace files enter the record by
+    their content, so a trace moved or gone since is no reason to refuse the scenario."""
+    from emulator.driver.resume import RESULTS_FIELDS
+    from emulator.recording import checkpoint
+
+    recorded = summary.get(RESULTS_FIELDS)
+    if not isinstance(recorded, dict):
+        return  # a run from before the record was kept
+    changed = [key for key in checkpoint.differing_fields(recorded, checkpoint.results_fields(scenario))
+               if not key.endswith(".file")]
+    if changed:
+        raise ScenarioError(f"{path}: does not describe the run summary.json recorded ({', '.join(changed[:6])} "
+                            "differ): it was edited or cut short; restore it from a copy")

@@ -56,6 +56,8 @@ def results_fields(scenario) -> dict:
         if key in fields and fields[key] == off:
             del fields[key]
     population = fields.get("population", {})
+    if population.get("energy", "") is None:  # a world without batteries: fingerprints as before they existed
+        del population["energy"]
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
         if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):
             entry["file"] = "sha256:" + _file_digest(Path(entry["file"]))
@@ -88,6 +90,7 @@ ADDED_FIELDS.update({"aggregator": None, "attack": None})  # algorithm.aggregato
 ADDED_FIELDS.update({"s_per_operation": 1e-9})
 # population.types[].behaves (None: best for attackers, drawn otherwise) and .attack.collude
 ADDED_FIELDS.update({"behaves": None, "collude": False})
+ADDED_FIELDS.update({"energy": None})  # population.energy
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:
