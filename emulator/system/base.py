@@ -67,12 +67,14 @@ class RoundOutcome:
 class SystemModel:
     """A simulated clock plus the population's behaviour, and the per-device participation ledger."""
 
-    def __init__(self, num_devices: int, server_s_per_sample: float = 0.0, server_s_per_operation: float = 0.0):
+    def __init__(self, num_devices: int, server_s_per_sample: float = 0.0, server_s_per_operation: float = 0.0,
+                 energy: bool = False):
+        """`energy`: the ledger also keeps each device's joules (a world with population.energy)."""
         self.num_devices = num_devices
         self.now_s = 0.0
         self.server_s_per_sample = server_s_per_sample
         self.server_s_per_operation = server_s_per_operation
-        self.ledger = ParticipationLedger(num_devices)
+        self.ledger = ParticipationLedger(num_devices, energy)
 
     def client_round(self, request: CohortRequest) -> RoundOutcome:
         raise NotImplementedError

@@ -24,6 +24,7 @@ from emulator.system.availability import INF, AvailabilityModel, TimeZones
 from emulator.system.diurnal import Diurnal, draw_zones
 
 CLAUSES = ("charging", "unmetered", "idle")
+HABITS = ("charging", "unmetered", "in_use")  # the daily windows the clauses read (idle: outside in_use)
 SEARCH_DAYS = 400  # next_online looks this far ahead for a time every clause holds; beyond it: never
 
 
@@ -72,7 +73,7 @@ class Eligible(AvailabilityModel):
         self.requires = tuple(config.requires)
         self.habits: dict[str, Diurnal] = {}
         self.has: dict[str, np.ndarray] = {}
-        for index, name in enumerate(("charging", "unmetered", "in_use")):
+        for index, name in enumerate(HABITS):
             habit = getattr(config, name)
             self.has[name] = rng.random(len(members)) < habit.share
             self.habits[name] = Diurnal(members, habit, rng, key * 4 + index + 1, zone_s=self.zone_s)
@@ -145,4 +146,4 @@ class Eligible(AvailabilityModel):
 
     def habit_columns(self) -> dict[str, np.ndarray]:
         """participation.csv's columns of which habits each member has (1) or lacks (0)."""
-        return {f"has_{name}": self.has[name].astype(np.int8) for name in ("charging", "unmetered", "in_use")}
+        return {f"has_{name}": self.has[name].astype(np.int8) for name in HABITS}

@@ -28,7 +28,7 @@ import simpy
 
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.seeding import rng
-from emulator.system.accounting import ParticipationLedger, compute_seconds, transfer_seconds
+from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.energy import EnergyProfiles, round_columns, round_energy
@@ -45,7 +45,8 @@ class SimulatedSystem(SystemModel):
         """`label_counts` (devices x classes) is the data each device holds: behaviour tied to it
         (population.ties, .types) needs it; an untied world draws the same as without it."""
         population, config = scenario.population, scenario.system
-        super().__init__(population.devices, config.server.s_per_sample, config.server.s_per_operation)
+        super().__init__(population.devices, config.server.s_per_sample, config.server.s_per_operation,
+                         energy=population.energy is not None)
         self.config = config
         self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
         self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)
@@ -56,7 +57,6 @@ class SimulatedSystem(SystemModel):
         if self.energy is not None:
             self.energy_profiles = EnergyProfiles.draw(self.energy, population.devices, rng(scenario.seed, "energy"),
                                                        self.availability.unmetered())
-            self.ledger = ParticipationLedger(population.devices, energy=True)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
         if self.world is not None:
