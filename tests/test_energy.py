@@ -31,7 +31,7 @@ def _profiles(scenario) -> dict[int, dict]:
     """Each device's profile at full precision (participation.csv prints six digits): the run's world,
     drawn again from its seed."""
     system = SimulatedSystem(scenario)
-    p, e = system.profiles, system.energy_profiles
+    p, e = system.profiles, system.fleet_energy.profiles
     return {k: {"latency_s": p.latency_s[k], "down_mbps": p.down_mbps[k], "up_mbps": p.up_mbps[k],
                 "s_per_sample": p.s_per_sample[k], "compute_w": e.compute_w[k],
                 "link": "cellular" if e.cellular[k] else "wifi"} for k in range(scenario.population.devices)}

@@ -6,12 +6,15 @@ Defaults, with their sources (docs/system-model.md#energy):
   transfer (11.6 s at 1.06 W); Wi-Fi's tail is negligible.
 - battery: 15 Wh, a 4,000 mAh cell at 3.85 V, typical of current phones.
 - training: 2.5 W, an assumption for a phone's CPU under sustained load (measure your fleet's and set it).
+- standby 0.07 W and in use 1.0 W: the order Carroll & Heiser measured ("An Analysis of Power Consumption in
+  a Smartphone", USENIX ATC 2010: tens of mW suspended, about a watt with the screen on and the phone busy).
+- charging: 7.5 W into the battery (a 5 V, 1.5 A charger), an assumption; fast chargers give two to three times.
 """
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, model_validator
 
-from emulator.scenario.base import Strict
+from emulator.scenario.base import ScenarioFieldError, Strict
 
 
 class RadioPower(Strict):
@@ -42,3 +45,17 @@ class EnergyConfig(Strict):
     wifi: RadioPower = WIFI
     cellular: RadioPower = LTE
     cellular_share: float = Field(0.0, ge=0, le=1)
+    # the battery's level, modelled where the availability says when a phone charges (the eligible kind):
+    charge_w: float = Field(7.5, gt=0)          # the median power into the battery while plugged in
+    charge_sigma: float = Field(0.3, ge=0)
+    idle_w: float = Field(0.07, ge=0)           # standby drain, always
+    in_use_w: float = Field(1.0, ge=0)          # added while the owner uses the phone
+    initial_soc_min: float = Field(0.3, ge=0, le=1)  # each phone's level at time 0: uniform in [min, max]
+    initial_soc_max: float = Field(1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _initial_range(self):
+        if self.initial_soc_min > self.initial_soc_max:
+            raise ScenarioFieldError("initial_soc_min", f"{self.initial_soc_min} is above initial_soc_max "
+                                     f"{self.initial_soc_max}; give min <= max")
+        return self

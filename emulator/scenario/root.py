@@ -95,6 +95,11 @@ class Scenario(Strict):
             raise ScenarioFieldError("population.energy", f"{self.algorithm.name} is asynchronous; the energy of a "
                                      "device's work is charged in synchronous rounds: use a synchronous algorithm, or "
                                      "leave population.energy out")
+        if population.energy is None:
+            for i, entry in enumerate(population.availability):
+                if getattr(entry, "min_soc", None) is not None:
+                    raise ScenarioFieldError(f"population.availability[{i}].min_soc", "a battery floor needs batteries: "
+                                             "add population.energy, or leave min_soc out")
         _check_classes(self)
         _check_attacks(self)
         _check_local_test(self.data)

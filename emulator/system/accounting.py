@@ -29,15 +29,18 @@ class ParticipationLedger:
 
     fields = ("selected", "reported", "dropped", "straggled", "cancelled")
 
-    def __init__(self, num_devices: int, energy: bool = False):
-        """`energy`: also each device's joules spent on learning (a world with population.energy)."""
-        self.counts = {name: np.zeros(num_devices, dtype=np.int32) for name in self.fields}
+    def __init__(self, num_devices: int, energy: bool = False, aborts: bool = False):
+        """`energy`: also each device's joules spent on learning (a world with population.energy); `aborts`:
+        also how often it aborted, its policy lapsing mid-round (a world with eligible entries): a part of
+        `dropped`."""
+        names = self.fields + (("aborted",) if aborts else ())
+        self.counts = {name: np.zeros(num_devices, dtype=np.int32) for name in names}
         self.energy_j = np.zeros(num_devices) if energy else None
 
     def record(self, selected: np.ndarray, reported: np.ndarray, dropped: np.ndarray, straggled: np.ndarray,
-               cancelled: np.ndarray = ()) -> None:
+               cancelled: np.ndarray = (), aborted: np.ndarray = ()) -> None:
         """Add one round; each array lists distinct device ids."""
-        for name, ids in zip(self.fields, (selected, reported, dropped, straggled, cancelled)):
+        for name, ids in zip(self.counts, (selected, reported, dropped, straggled, cancelled, aborted)):
             np.add.at(self.counts[name], np.asarray(ids, dtype=np.int64), 1)
 
     def charge(self, devices: np.ndarray, joules: np.ndarray) -> None:
@@ -52,7 +55,7 @@ class ParticipationLedger:
 
     def load(self, state: dict[str, np.ndarray]) -> None:
         """Restore the counters; a counter missing from an older checkpoint (`cancelled`) restarts at zero."""
-        for name in self.fields:
+        for name in self.counts:
             self.counts[name][:] = state[name] if name in state else 0
         if self.energy_j is not None:
             self.energy_j[:] = state["energy_j"]

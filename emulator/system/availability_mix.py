@@ -67,6 +67,12 @@ class AvailabilityMix:
                 out[model.members] = True
         return out
 
+    def eligible_members(self) -> np.ndarray | None:
+        """Which devices belong to eligible entries (their going offline is a policy's clause lapsing); None
+        without any."""
+        groups = [g for g, m in enumerate(self.models) if isinstance(m, Eligible)]
+        return np.isin(self.group, groups) if groups else None
+
     def habits(self) -> dict[str, np.ndarray]:
         """Which daily habits each device has, where an eligible entry gives it habits (-1 elsewhere)."""
         eligible = [m for m in self.models if isinstance(m, Eligible)]
@@ -75,6 +81,22 @@ class AvailabilityMix:
             for column, values in model.habit_columns().items():
                 out.setdefault(column, np.full(self.num_devices, -1, dtype=np.int8))[model.members] = values
         return out
+
+    def columns(self, entries) -> dict[str, np.ndarray]:
+        """participation.csv's first behaviour column: each device's availability entry."""
+        return {"availability": self.label_of(np.arange(self.num_devices), entries)}
+
+    def zone_and_habits(self) -> dict[str, np.ndarray]:
+        """participation.csv's columns of when devices are reachable: time zone, habits, the trace played."""
+        columns = {}
+        timezone = self.timezone_h()
+        if timezone is not None:
+            columns["timezone_h"] = timezone
+        columns.update(self.habits())
+        played = self.trace_device()
+        if played is not None:
+            columns["trace_device"] = played
+        return columns
 
     def label_of(self, devices: np.ndarray, entries) -> np.ndarray:
         """Each device's availability entry: its name where the scenario gives one, else its kind."""
@@ -111,8 +133,8 @@ class AvailabilityMix:
         groups = self.group[devices]
         for g, model in enumerate(self.models):
             mask = groups == g
-            if mask.any():
-                out[mask] = getattr(model, method)(self._local[devices[mask]], t)
+            if mask.any():  # t: one time, or one per device
+                out[mask] = getattr(model, method)(self._local[devices[mask]], t if np.ndim(t) == 0 else t[mask])
         return out
 
     def online(self, devices, t):

@@ -51,6 +51,7 @@ class RoundOutcome:
     dropped: np.ndarray = field(default_factory=lambda: _EMPTY)
     stragglers: np.ndarray = field(default_factory=lambda: _EMPTY)  # still working when the deadline passed
     cancelled: np.ndarray = field(default_factory=lambda: _EMPTY)  # still working when `target` reports had arrived
+    aborted: np.ndarray = field(default_factory=lambda: _EMPTY)  # of the dropped: their eligibility lapsed
     bytes_down: int = 0
     bytes_up: int = 0
     failed: bool = False
@@ -68,13 +69,14 @@ class SystemModel:
     """A simulated clock plus the population's behaviour, and the per-device participation ledger."""
 
     def __init__(self, num_devices: int, server_s_per_sample: float = 0.0, server_s_per_operation: float = 0.0,
-                 energy: bool = False):
-        """`energy`: the ledger also keeps each device's joules (a world with population.energy)."""
+                 energy: bool = False, aborts: bool = False):
+        """`energy`, `aborts`: the ledger also keeps each device's joules (a world with population.energy)
+        and its aborts (a world with eligible entries)."""
         self.num_devices = num_devices
         self.now_s = 0.0
         self.server_s_per_sample = server_s_per_sample
         self.server_s_per_operation = server_s_per_operation
-        self.ledger = ParticipationLedger(num_devices, energy)
+        self.ledger = ParticipationLedger(num_devices, energy, aborts)
 
     def client_round(self, request: CohortRequest) -> RoundOutcome:
         raise NotImplementedError

@@ -25,6 +25,7 @@ from emulator.system.diurnal import Diurnal, draw_zones
 
 CLAUSES = ("charging", "unmetered", "idle")
 HABITS = ("charging", "unmetered", "in_use")  # the daily windows the clauses read (idle: outside in_use)
+DEFAULT_MIN_SOC = 0.2  # the battery floor in a world with batteries (population.energy), unless min_soc says
 SEARCH_DAYS = 400  # next_online looks this far ahead for a time every clause holds; beyond it: never
 
 
@@ -52,6 +53,9 @@ class EligibleAvailability(AvailabilitySettings):
     unmetered: DailyHabit = DailyHabit(start_hour=18, hours=14, start_spread_h=2, jitter_h=0.5, share=0.75)
     in_use: DailyHabit = DailyHabit(start_hour=7, hours=15.5, start_spread_h=3, jitter_h=0.75, share=1.0)
     requires: list[Literal[CLAUSES]] = Field(default_factory=lambda: list(CLAUSES), min_length=1)
+    # and the battery at least this state of charge: a clause only where the world has batteries
+    # (population.energy; default DEFAULT_MIN_SOC there), checked by system/battery.py
+    min_soc: Optional[float] = Field(None, ge=0, le=1)
     timezones: TimeZones = TimeZones()
 
     @model_validator(mode="after")
@@ -60,6 +64,10 @@ class EligibleAvailability(AvailabilitySettings):
             raise ScenarioFieldError("requires", f"names a clause twice: {self.requires}; each of "
                                      f"{', '.join(CLAUSES)} at most once")
         return self
+
+    def floor(self) -> float:
+        """The state of charge below which a device of this entry is not eligible (with batteries)."""
+        return DEFAULT_MIN_SOC if self.min_soc is None else self.min_soc
 
 
 class Eligible(AvailabilityModel):
@@ -129,9 +137,9 @@ class Eligible(AvailabilityModel):
         """The earliest time >= t at which every clause holds: each clause in turn moves a device's time to
         when it next holds, until none moves it (all hold) or the search passes SEARCH_DAYS (never)."""
         local = np.asarray(local, dtype=np.int64)
-        at = np.full(len(local), float(t))
+        at = np.broadcast_to(np.asarray(t, dtype=np.float64), (len(local),)).copy()  # one time, or one each
         open_ = np.arange(len(local))  # devices still searching
-        horizon = float(t) + SEARCH_DAYS * Diurnal.day_s
+        horizon = at + SEARCH_DAYS * Diurnal.day_s
         while len(open_):
             who, when = local[open_], at[open_]
             moved = when.copy()
@@ -139,7 +147,7 @@ class Eligible(AvailabilityModel):
                 going = np.isfinite(moved)  # a device that never meets one clause is done
                 moved[going] = np.maximum(moved[going], self._next_holds(clause, who[going], moved[going]))
             settled = (moved == when) & self.online(who, when)
-            never = ~settled & (moved > horizon)
+            never = ~settled & (moved > horizon[open_])
             at[open_] = np.where(never, INF, moved)
             open_ = open_[~settled & ~never]
         return at
@@ -147,3 +155,16 @@ class Eligible(AvailabilityModel):
     def habit_columns(self) -> dict[str, np.ndarray]:
         """participation.csv's columns of which habits each member has (1) or lacks (0)."""
         return {f"has_{name}": self.has[name].astype(np.int8) for name in HABITS}
+
+    def plugged_and_used(self, local, t) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(charging, in use, when either next changes) of each device at t (one time, or one per device):
+        what its battery sees between events (system/battery.py)."""
+        local = np.asarray(local, dtype=np.int64)
+        states, change = [], np.full(len(local), INF)
+        for name in ("charging", "in_use"):
+            habit, has = self.habits[name], self.has[name][local]
+            on = has & habit.online(local, t)
+            flips = np.where(on, habit.next_offline(local, t), habit.next_online(local, t))
+            change = np.minimum(change, np.where(has, flips, INF))
+            states.append(on)
+        return states[0], states[1], change

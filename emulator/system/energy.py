@@ -18,11 +18,14 @@ ENERGY_COLUMNS = ("energy_j", "energy_wasted_j", "energy_radio_j")
 
 @dataclass
 class EnergyProfiles:
-    """Each device's battery (Wh), power while training (W) and whether it works over cellular."""
+    """Each device's battery (Wh), power while training (W), whether it works over cellular, its charger's
+    power (W) and its state of charge at time 0."""
 
     battery_wh: np.ndarray
     compute_w: np.ndarray
     cellular: np.ndarray  # bool
+    charge_w: np.ndarray
+    initial_soc: np.ndarray
 
     @classmethod
     def draw(cls, config, devices: int, rng: np.random.Generator, unmetered: np.ndarray) -> "EnergyProfiles":
@@ -30,7 +33,9 @@ class EnergyProfiles:
         battery = config.battery_wh * np.exp(config.battery_sigma * rng.standard_normal(devices))
         compute = config.compute_w * np.exp(config.compute_sigma * rng.standard_normal(devices))
         cellular = (rng.random(devices) < config.cellular_share) & ~unmetered
-        return cls(battery, compute, cellular)
+        charge = config.charge_w * np.exp(config.charge_sigma * rng.standard_normal(devices))
+        initial = rng.uniform(config.initial_soc_min, config.initial_soc_max, devices)
+        return cls(battery, compute, cellular, charge, initial)
 
 
 def _done(begin: np.ndarray, end: np.ndarray, stop: np.ndarray) -> np.ndarray:
@@ -56,6 +61,21 @@ def round_energy(plan: dict, closed: float, compute_w: np.ndarray, cellular: np.
     transfers = (down_s > 0).astype(np.float64) + (up_s > 0)
     radio_j = (base + per_down * down_mbps) * down_s + (base + per_up * up_mbps) * up_s + transfers * tail_s * tail_w
     return compute_w * train_s, radio_j
+
+
+def work_phases(plan: dict, compute_w: np.ndarray, cellular: np.ndarray, down_mbps: np.ndarray,
+                up_mbps: np.ndarray, wifi, lte) -> dict[str, np.ndarray]:
+    """The round's work as its battery sees it (system/battery.py): when each device checked in (`begin`),
+    its phases' edges (download begins, download done, training done, upload done), each phase's power and
+    one radio tail's energy; the same powers round_energy charges."""
+    radio = [np.where(cellular, getattr(lte, name), getattr(wifi, name))
+             for name in ("base_w", "down_w_per_mbps", "up_w_per_mbps", "tail_s", "tail_w")]
+    base, per_down, per_up, tail_s, tail_w = radio
+    download_done = plan["download_done"]
+    compute_done = download_done + plan["compute_s"]
+    edges = np.stack([download_done - plan["down_s"], download_done, compute_done, plan["finish"]], axis=1)
+    power = np.stack([base + per_down * down_mbps, compute_w * np.ones(len(base)), base + per_up * up_mbps], axis=1)
+    return {"begin": plan["start"], "edges": edges, "power": power, "tail_j": tail_s * tail_w}
 
 
 def round_columns(compute_j: np.ndarray, radio_j: np.ndarray, reported: np.ndarray) -> dict[str, float]:

@@ -26,6 +26,16 @@ class DeviceProfiles:
     def __len__(self) -> int:
         return len(self.s_per_sample)
 
+    def columns(self) -> dict[str, np.ndarray]:
+        """participation.csv's hardware columns: compute speed, link, and the tiers where drawn from tiers."""
+        columns = {"s_per_sample": self.s_per_sample, "down_mbps": self.down_mbps, "up_mbps": self.up_mbps,
+                   "latency_s": self.latency_s}
+        if self.compute_tier is not None:
+            columns["compute_tier"] = self.compute_tier
+        if self.network_tier is not None:
+            columns["network_tier"] = self.network_tier
+        return columns
+
     @classmethod
     def draw(cls, population, rng: np.random.Generator, world=None) -> "DeviceProfiles":
         """Every device's hardware, drawn independently of its data; then `world` (population.ties and

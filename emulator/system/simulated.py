@@ -31,7 +31,7 @@ from emulator.seeding import rng
 from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
-from emulator.system.energy import EnergyProfiles, round_columns, round_energy
+from emulator.system.fleet_energy import FleetEnergy
 from emulator.system.profiles import DeviceProfiles
 from emulator.system.secure_stages import SecureStages
 from emulator.system.ties import World
@@ -46,7 +46,8 @@ class SimulatedSystem(SystemModel):
         (population.ties, .types) needs it; an untied world draws the same as without it."""
         population, config = scenario.population, scenario.system
         super().__init__(population.devices, config.server.s_per_sample, config.server.s_per_operation,
-                         energy=population.energy is not None)
+                         energy=population.energy is not None,
+                         aborts=any(entry.kind == "eligible" for entry in population.availability))
         self.config = config
         self.world = World(population, label_counts, scenario.seed) if population.ties or population.types else None
         self.profiles = DeviceProfiles.draw(population, rng(scenario.seed, "profiles"), self.world)
@@ -54,9 +55,10 @@ class SimulatedSystem(SystemModel):
         self.entries = population.availability
         self.availability = AvailabilityMix(population.availability, population.devices, scenario.seed, self.world)
         self.energy = population.energy  # None: a world without batteries
-        if self.energy is not None:
-            self.energy_profiles = EnergyProfiles.draw(self.energy, population.devices, rng(scenario.seed, "energy"),
-                                                       self.availability.unmetered())
+        self.fleet_energy = None if self.energy is None else FleetEnergy(
+            self.energy, population.devices, scenario.seed, self.availability, self.entries, self.profiles)
+        self.batteries = None if self.fleet_energy is None else self.fleet_energy.batteries  # None: no level known
+        self.eligible = self.availability.eligible_members()  # whose going offline is an abort (None: nobody's)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
         if self.world is not None:
@@ -89,10 +91,10 @@ class SimulatedSystem(SystemModel):
                 deadline = config.snapshot_deadline_s
         else:
             capacity = request.selection.capacity
-            online = self.availability.online_devices(env.now)
+            online = self._online(env.now)
             while capacity(len(online)) < wanted and env.now - started < config.selection_timeout_s:
                 yield env.timeout(config.checkin_poll_s)
-                online = self.availability.online_devices(env.now)
+                online = self._online(env.now)
             if capacity(len(online)) < needed:
                 return RoundOutcome(started, env.now, _EMPTY, _EMPTY, failed=True)
             drawn = request.selection.select(online, wanted, request.rng)
@@ -126,6 +128,11 @@ class SimulatedSystem(SystemModel):
             outcome.end_s, outcome.server_compute_s = env.now, outcome.protocol["secagg_server_s"]
         return outcome
 
+    def _online(self, t: float) -> np.ndarray:
+        """The devices that may check in at t: online, and with a battery at its policy's floor."""
+        online = self.availability.online_devices(t)
+        return online if self.fleet_energy is None else self.fleet_energy.may_check_in(online, t)
+
     @staticmethod
     def _arrival(plan, weight, target, in_flight, tally, close):
         """The callback of a device's event: it reports, or is lost; the target or the last one closes."""
@@ -148,6 +155,8 @@ class SimulatedSystem(SystemModel):
         """When each selected device starts, finishes its download, finishes, or is lost (vectorised)."""
         profiles, stream = self.profiles, request.rng
         start = self.availability.next_online(devices, now) if request.snapshot else np.full(len(devices), now)
+        if request.snapshot and self.fleet_energy is not None:
+            start = self.fleet_energy.next_start(devices, start)
         down = transfer_seconds(request.bytes_down, profiles.down_mbps[devices], profiles.latency_s[devices])
         jitter = np.exp(self.compute_jitter * stream.standard_normal(len(devices))) if self.compute_jitter else 1.0
         compute = compute_seconds(request.samples_processed(devices), profiles.s_per_sample[devices], jitter)
@@ -161,14 +170,24 @@ class SimulatedSystem(SystemModel):
             start_work = start
         finish = start_work + down + compute + up
         checked_in = np.isfinite(start)
-        lost_at = np.full(len(devices), np.inf)
+        offline_at = np.full(len(devices), np.inf)
         if checked_in.any():
-            lost_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
-        lost_at = np.minimum(lost_at, start + self.dropout_after(devices, stream))
-        dropped = lost_at < finish
-        return {"start": start, "download_done": start_work + down, "finish": finish, "lost_at": lost_at,
-                "dropped": dropped, "end": np.where(dropped, lost_at, finish), "setup": setup,
+            offline_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
+        lost_at = np.minimum(offline_at, start + self.dropout_after(devices, stream))
+        plan = {"start": start, "download_done": start_work + down, "finish": finish, "setup": setup,
                 "down_s": down, "compute_s": compute}
+        # an abort: the policy stopped holding (an eligible entry's device went offline) or the battery hit its floor
+        aborts = np.isfinite(offline_at) & (lost_at == offline_at) & self._eligible_of(devices)
+        if self.fleet_energy is not None:
+            empty = self.fleet_energy.empties(devices, plan, np.minimum(lost_at, finish))
+            aborts |= empty < lost_at
+            lost_at = np.minimum(lost_at, empty)
+        dropped = lost_at < finish
+        return {**plan, "lost_at": lost_at, "dropped": dropped, "aborted": dropped & aborts,
+                "end": np.where(dropped, lost_at, finish)}
+
+    def _eligible_of(self, devices: np.ndarray) -> np.ndarray:
+        return np.zeros(len(devices), bool) if self.eligible is None else self.eligible[devices]
 
     def dropout_after(self, devices: np.ndarray, stream: np.random.Generator) -> np.ndarray:
         """Seconds from when each device starts working until its dropout hazard strikes (inf: never)."""
@@ -193,6 +212,7 @@ class SimulatedSystem(SystemModel):
         finished_in_time = np.zeros(len(devices), dtype=bool)
         finished_in_time[reports] = True
         dropped = plan["dropped"] & (plan["lost_at"] <= closed)
+        aborted = dropped & plan["aborted"]
         still_working = ~finished_in_time & ~dropped  # includes sampled devices not yet checked in (snapshots)
         # Classified by why the round closed, not by each device's own timeline: once `target` reports are
         # in (even at the deadline's instant) the rest are cancelled, including those that would have
@@ -213,47 +233,30 @@ class SimulatedSystem(SystemModel):
             extra_up += len(reports) * (cost.masked_upload_bytes(n) - request.bytes_up)
             failed = failed or aborted
         reported = np.repeat(devices[reports], weight[reports])
-        energy = {} if self.energy is None else self._spend(devices, plan, closed, finished_in_time & (not failed))
+        energy = {} if self.fleet_energy is None else self.fleet_energy.spend(
+            devices, plan, closed, finished_in_time & (not failed), None if self.eligible is None else aborted,
+            self.ledger)
         self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
-                           devices[cancelled])
-        events = self._events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) \
-            if self.config.events else []
+                           devices[cancelled], devices[aborted])
+        events = event_rows(devices, plan, reports, dropped & ~aborted, stragglers, cancelled, selected_at,
+                              closed, aborted) if self.config.events else []
         return RoundOutcome(
             start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
             dropped=devices[dropped], stragglers=devices[stragglers], cancelled=devices[cancelled],
+            aborted=devices[aborted],
             bytes_down=int(downloaded.sum()) * request.bytes_down + extra_down,
             bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol,
             energy=energy)
 
-    def _spend(self, devices, plan, closed, used) -> dict[str, float]:
-        """Charge each selected device the energy of the work it did this round (system/energy.py); the
-        round's energy columns. `used`: whether each device's report went into the model."""
-        energy, profiles = self.energy, self.profiles
-        compute_j, radio_j = round_energy(plan, closed, self.energy_profiles.compute_w[devices],
-                                          self.energy_profiles.cellular[devices], profiles.down_mbps[devices],
-                                          profiles.up_mbps[devices], energy.wifi, energy.cellular)
-        self.ledger.charge(devices, compute_j + radio_j)
-        return round_columns(compute_j, radio_j, used)
-
-    @staticmethod
-    def _events(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed) -> list[tuple]:
-        rows = [(selected_at, int(d), "selected") for d in devices]
-        late_start = plan["start"] > selected_at
-        rows += [(float(plan["start"][k]), int(devices[k]), "checked_in")
-                 for k in np.flatnonzero(late_start & (plan["start"] <= closed))]
-        rows += [(float(plan["finish"][k]), int(devices[k]), "reported") for k in reports]
-        rows += [(float(plan["lost_at"][k]), int(devices[k]), "dropped") for k in np.flatnonzero(dropped)]
-        rows += [(closed, int(devices[k]), "straggler") for k in np.flatnonzero(stragglers)]
-        rows += [(closed, int(devices[k]), "cancelled") for k in np.flatnonzero(cancelled)]
-        rows.sort(key=lambda row: (row[0], row[1]))
-        return rows
-
     def state(self) -> dict:
-        return {**super().state(), "availability": self.availability.state()}
+        energy = {} if self.fleet_energy is None else self.fleet_energy.state()
+        return {**super().state(), "availability": self.availability.state(), **energy}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.availability.load_state(state["availability"])
+        if self.fleet_energy is not None:
+            self.fleet_energy.load_state(state)
 
     def fastest_round_s(self, bytes_down: int, bytes_up: int, samples: np.ndarray) -> float:
         """The shortest any device could take for a round (median jitter): download + compute + upload."""
@@ -266,25 +269,27 @@ class SimulatedSystem(SystemModel):
     def describe_devices(self) -> dict[str, np.ndarray]:
         """participation.csv's behaviour columns: the availability entry, hardware and, in a world tied to
         data, each device's type, group and the dropout rate it got."""
-        p = self.profiles
-        columns = {"availability": self.availability.label_of(self._everyone, self.entries), "s_per_sample": p.s_per_sample,
-                   "down_mbps": p.down_mbps, "up_mbps": p.up_mbps, "latency_s": p.latency_s}
-        if p.compute_tier is not None:
-            columns["compute_tier"] = p.compute_tier
-        if p.network_tier is not None:
-            columns["network_tier"] = p.network_tier
-        timezone = self.availability.timezone_h()
-        if timezone is not None:
-            columns["timezone_h"] = timezone
-        columns.update(self.availability.habits())
-        played = self.availability.trace_device()
-        if played is not None:
-            columns["trace_device"] = played
+        columns = {**self.availability.columns(self.entries), **self.profiles.columns()}
+        columns.update(self.availability.zone_and_habits())
         if np.ndim(self.dropout_per_hour):
             columns["dropout_per_hour"] = self.dropout_per_hour
-        if self.energy is not None:
-            columns.update(battery_wh=self.energy_profiles.battery_wh, compute_w=self.energy_profiles.compute_w,
-                           link=np.where(self.energy_profiles.cellular, "cellular", "wifi"))
+        if self.fleet_energy is not None:
+            columns.update(self.fleet_energy.columns())
         if self.world is not None:
             columns.update(self.world.columns)
         return columns
+
+
+def event_rows(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed, aborted) -> list[tuple]:
+    """events.csv's rows of a closed round, in time order."""
+    rows = [(selected_at, int(d), "selected") for d in devices]
+    late_start = plan["start"] > selected_at
+    rows += [(float(plan["start"][k]), int(devices[k]), "checked_in")
+             for k in np.flatnonzero(late_start & (plan["start"] <= closed))]
+    rows += [(float(plan["finish"][k]), int(devices[k]), "reported") for k in reports]
+    rows += [(float(plan["lost_at"][k]), int(devices[k]), "dropped") for k in np.flatnonzero(dropped)]
+    rows += [(float(plan["lost_at"][k]), int(devices[k]), "aborted") for k in np.flatnonzero(aborted)]
+    rows += [(closed, int(devices[k]), "straggler") for k in np.flatnonzero(stragglers)]
+    rows += [(closed, int(devices[k]), "cancelled") for k in np.flatnonzero(cancelled)]
+    rows.sort(key=lambda row: (row[0], row[1]))
+    return rows

@@ -11,6 +11,7 @@ from emulator.server.observers.adversaries import Attackers
 from emulator.server.observers.base import Observer
 from emulator.server.observers.bias import LabelBias
 from emulator.server.observers.devices import DeviceEvaluation
+from emulator.server.observers.eligibility import Aborts
 from emulator.server.observers.energy import Energy
 from emulator.server.observers.evaluation import CentralEvaluation
 from emulator.server.observers.participation import ParticipationLedger
@@ -28,6 +29,8 @@ def observers_for(world) -> list[Observer]:
     chosen.append(Uplink(world))
     if Energy.wanted(world):
         chosen.append(Energy(world))
+    if Aborts.wanted(world):
+        chosen.append(Aborts(world))
     if scenario.evaluation.devices is not None:
         chosen.append(DeviceEvaluation(world))
     if Attackers.wanted(world):

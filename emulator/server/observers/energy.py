@@ -15,4 +15,5 @@ class Energy(Observer):
 
     def after_round(self, record, played) -> dict:
         # a round in which no device worked (a server round, a cohort that never formed) cost them nothing
-        return played.outcome.energy or dict.fromkeys(self.columns, 0.0)
+        energy = played.outcome.energy
+        return {name: energy.get(name, 0.0) for name in self.columns}

@@ -21,7 +21,11 @@ class ParticipationLedger(Observer):
         return {}
 
     def keep(self, round_index: int) -> None:
-        self._ledgers[round_index] = self.world.system.ledger.state()
+        system = self.world.system
+        self._ledgers[round_index] = system.ledger.state()
+        batteries = getattr(system, "batteries", None)
+        if batteries is not None:  # each phone's state of charge as the round ended
+            self._ledgers[round_index]["soc"] = batteries.soc(system.now_s)
         for old in [r for r in self._ledgers if r < round_index - 1]:
             del self._ledgers[old]
 
