@@ -5,12 +5,13 @@ device ids in the order they were drawn (with repeats only when sampling with re
 
 Besides the uniform draw, the papers' fixed participation regimes are here for reproduction: FAST's
 arbitrary participation (values drawn from a Beta, Gamma or Weibull distribution mapped to device
-indices) and SAFARI's devices that never take part (`Excluding`).
+indices) and SAFARI's devices that never take part (`Excluding`); and a battery-aware draw (EAFL's
+battery-first choice), which reads what the world tells it (`reads`, `informed`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Callable, Literal
 
 import numpy as np
 from pydantic import Field
@@ -56,9 +57,25 @@ class WeibullSelection(SelectionSettings):
     exclude: int = Field(0, ge=0)
 
 
+class BatterySelection(SelectionSettings):
+    """Battery first (EAFL, arXiv 2208.04505): draw without replacement with probability proportional to
+    each checked-in device's state of charge to the power `greed` (0: uniform; the larger, the closer to
+    taking the fullest batteries). Needs a world with batteries (population.energy, an eligible entry)."""
+
+    kind: Literal["battery"] = "battery"
+    greed: float = Field(2.0, ge=0)
+    exclude: int = Field(0, ge=0)
+
+
 class SelectionPolicy:
+    reads: tuple[str, ...] = ()  # what the world tells the policy before each draw (`informed`): "soc"
+
     def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
         raise NotImplementedError
+
+    def informed(self, **facts) -> "SelectionPolicy":
+        """The policy for one draw, given what it `reads` about the devices that checked in (their order)."""
+        return self
 
     def capacity(self, available: int) -> float:
         """How many draws `available` devices can give (the system waits for check-ins below this)."""
@@ -145,11 +162,44 @@ class WeibullRegime(IndexRegime):
 
 
 @dataclass(frozen=True)
+class BatteryFirst(SelectionPolicy):
+    """See BatterySelection. A device whose level is unknown (outside eligible entries) counts as full."""
+
+    greed: float = 2.0
+    soc: Callable[[np.ndarray], np.ndarray] | None = field(default=None, compare=False)  # ids -> levels, now
+    reads = ("soc",)
+
+    def informed(self, **facts) -> "BatteryFirst":
+        return BatteryFirst(self.greed, facts["soc"])
+
+    def select(self, available: np.ndarray, count: int, rng: np.random.Generator) -> np.ndarray:
+        count = min(count, len(available))
+        if count == 0:
+            return np.zeros(0, dtype=np.int64)
+        if self.soc is None:
+            raise ValueError("battery-first selection draws only once the world has told it the levels (informed)")
+        weight = np.power(np.clip(np.nan_to_num(self.soc(available), nan=1.0), 0.0, 1.0), self.greed)
+        alive = np.flatnonzero(weight > 0)
+        if len(alive) <= count:  # every device with charge, then the empty ones at random
+            rest = rng.permutation(np.flatnonzero(weight <= 0))[:count - len(alive)]
+            return np.asarray(available[np.concatenate([rng.permutation(alive), rest])], dtype=np.int64)
+        picked = rng.choice(alive, size=count, replace=False, p=weight[alive] / weight[alive].sum())
+        return np.asarray(available[picked], dtype=np.int64)
+
+
+@dataclass(frozen=True)
 class Excluding(SelectionPolicy):
     """Some devices never take part (SAFARI's s excluded clients): they are removed before `inner` draws."""
 
     inner: SelectionPolicy
     excluded: np.ndarray = field(compare=False)  # boolean mask over the population
+
+    @property
+    def reads(self) -> tuple[str, ...]:
+        return self.inner.reads
+
+    def informed(self, **facts) -> "Excluding":
+        return Excluding(self.inner.informed(**facts), self.excluded)
 
     def capacity(self, available: int) -> float:
         return self.inner.capacity(available)  # an upper bound: the system may poll for longer

@@ -6,6 +6,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from emulator.analysis.energy import energy_stats
+
 
 def final_accuracy(metrics: pd.DataFrame, last: int = 5) -> float:
     """Mean test accuracy of the last `last` evaluations (FAST's metric); of all of them when a run has fewer
@@ -113,6 +115,7 @@ def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target:
         "snapshot_share": snapshot_share(metrics),
         **bias_stats(metrics),
         **privacy_stats(metrics),
+        **energy_stats(metrics, participation, target),
     }
     if target is not None:
         reach = time_to_accuracy(metrics, target)

@@ -63,6 +63,7 @@ AXES = {  # x axis -> its values in base units (seconds, rounds, bytes), from a 
     "rounds": lambda m: m["round"].astype(float),
     "bytes": lambda m: (m["bytes_down"] + m["bytes_up"]).cumsum(),
     "epsilon": lambda m: m["dp_epsilon"],  # runs with privacy: the nominal epsilon spent so far
+    "energy": lambda m: m["energy_j"].cumsum(),  # runs with population.energy: joules spent so far
 }
 
 
@@ -84,6 +85,8 @@ def _x_axis(axis: str, span: float) -> tuple[str, float]:
         return f"data moved, up + down ({unit})", size
     if axis == "epsilon":
         return "epsilon (nominal, Poisson cohorts)", 1.0
+    if axis == "energy":
+        return ("fleet energy (MJ)", 1e6) if span >= 1e6 else ("fleet energy (kJ)", 1e3)
     return "round", 1.0
 
 
@@ -124,6 +127,12 @@ def privacy_figure(groups: dict[str, list[Run]], path: Path, width: str | float 
     """Test accuracy against the epsilon spent, for the experiments run with client-level DP (None if none)."""
     private = {label: runs for label, runs in groups.items() if all(_has(r, "dp_epsilon") for r in runs)}
     return _save(draw_accuracy(private, "epsilon", width), path) if private else None
+
+
+def energy_figure(groups: dict[str, list[Run]], path: Path, width: str | float = "two-column") -> Path | None:
+    """Test accuracy against the energy the fleet spent, for the experiments with population.energy."""
+    powered = {label: runs for label, runs in groups.items() if all(_has(r, "energy_j") for r in runs)}
+    return _save(draw_accuracy(powered, "energy", width), path) if powered else None
 
 
 @_styled

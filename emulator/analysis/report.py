@@ -10,6 +10,7 @@ from typing import Callable
 import pandas as pd
 
 from emulator.analysis import attack_plots, device_plots, plots
+from emulator.analysis.energy import who_pays_lines
 from emulator.analysis.figure_style import FIGURE_FORMATS, figure_formats, png_dpi, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, read_runs, select_runs
@@ -37,6 +38,11 @@ COLUMNS = {  # table column -> (heading, format)
     "worst_class_acc": ("worst class acc", "{:.4f}"),
     "epsilon": ("epsilon (nominal)", "{:.2f}"),
     "epsilon_device": ("epsilon, most-seen device", "{:.2f}"),
+    "fleet_kj": ("fleet energy kJ", "{:.1f}"),
+    "kj_to_target": ("kJ to {target}", "{:.1f}"),
+    "wasted_energy_share": ("energy wasted", "{:.1%}"),
+    "top10_energy_share": ("energy of top 10%", "{:.1%}"),
+    "aborted": ("aborted", "{:.0f}"),
 }
 
 
@@ -224,6 +230,7 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
          plots.accuracy_figure(groups, "rounds", out / "accuracy_vs_rounds.png", width)),
         ("Test accuracy against bytes moved",
          plots.accuracy_figure(groups, "bytes", out / "accuracy_vs_bytes.png", width)),
+        ("Test accuracy against the fleet's energy", plots.energy_figure(groups, out / "accuracy_vs_energy.png", width)),
         ("Test accuracy against the privacy spent (client-level DP)",
          plots.privacy_figure(groups, out / "accuracy_vs_epsilon.png", width)),
         ("Who took part", plots.participation_figure(groups, out / "participation.png", width)),
@@ -254,6 +261,7 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
                  "Figures: the mean with a min-max band.")
     lines += ["", _markdown(table, target, last), ""]
     lines += _notes(table, selection, last, damaged)
+    lines += who_pays_lines(groups)
     for heading, path in figures:
         if path is not None:
             lines += [f"## {heading}", "", f"![{heading}]({path.name})", ""]

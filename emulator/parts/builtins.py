@@ -159,6 +159,8 @@ register_selection("beta", lambda spec, devices, replace: selection.BetaRegime(d
                    config=selection.BetaSelection)
 register_selection("gamma", lambda spec, devices, replace: selection.GammaRegime(
     devices, shape=spec.shape, scale=spec.scale), config=selection.GammaSelection)
+register_selection("battery", lambda spec, devices, replace: selection.BatteryFirst(spec.greed),
+                   config=selection.BatterySelection)
 register_selection("weibull", lambda spec, devices, replace: selection.WeibullRegime(
     devices, shape=spec.shape, scale=spec.scale, divisor=spec.divisor), config=selection.WeibullSelection)
 

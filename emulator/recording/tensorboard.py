@@ -8,6 +8,8 @@ and flushes them at once, so `tensorboard --logdir runs/` shows a round as soon 
     bytes/down, bytes/up, and the totals so far: bytes/down_total, bytes/up_total, bytes/total
     time/sim_time_s, time/round_duration_s, time/server_compute_s, time/wall_time_s
     bias/label_tv, bias/label_tv_floor, bias/unseen_share, test/worst_class, test/worst_class_acc
+    with batteries: cohort/aborted, energy/round_j, energy/wasted_j, energy/radio_j, energy/aborted_j and the
+    fleet's energy so far, energy/total_j
     algorithm/<column> for every other numeric column (FAST's `algorithm/q`)
 
 TensorBoard's step must be an integer, so accuracy and loss against simulated time are a second group,
@@ -46,6 +48,8 @@ TAGS = {
     "server_compute_s": "time/server_compute_s", "wall_time_s": "time/wall_time_s",
     "label_tv": "bias/label_tv", "label_tv_floor": "bias/label_tv_floor", "unseen_share": "bias/unseen_share",
     "worst_class": "test/worst_class", "worst_class_acc": "test/worst_class_acc",
+    "aborted": "cohort/aborted", "energy_j": "energy/round_j", "energy_wasted_j": "energy/wasted_j",
+    "energy_radio_j": "energy/radio_j", "energy_aborted_j": "energy/aborted_j",
 }
 BY_SIM_TIME = ("test_acc", "test_loss", "train_acc", "train_loss")  # also written as by_sim_time/<column>
 NOT_SCALARS = ("round", "kind", "sim_start_s")  # the step, a label, the previous round's sim_time_s
@@ -80,6 +84,7 @@ class TensorBoardLog:
         # writes one too)
         self._writer = SummaryWriter(str(self.path), purge_step=0, max_queue=1000, flush_secs=10)
         self._totals = {"bytes_down": 0.0, "bytes_up": 0.0}
+        self._energy_j = 0.0  # the fleet's energy so far, in a world with batteries
         history = list(history)
         if history:
             # place the kept rounds back in time by their wall_time_s, so TensorBoard's time axes stay in order
@@ -120,6 +125,9 @@ class TensorBoardLog:
             if column in NOT_SCALARS or column.startswith("_") or number is None:
                 continue
             values[TAGS.get(column, f"{OTHER_GROUP}/{column}")] = number
+            if column == "energy_j" and math.isfinite(number):
+                self._energy_j += number
+                values["energy/total_j"] = self._energy_j
             if column in self._totals and math.isfinite(number):
                 self._totals[column] += number
                 moved = True

@@ -95,6 +95,12 @@ class Scenario(Strict):
             raise ScenarioFieldError("population.energy", f"{self.algorithm.name} is asynchronous; the energy of a "
                                      "device's work is charged in synchronous rounds: use a synchronous algorithm, or "
                                      "leave population.energy out")
+        selection = getattr(self.algorithm, "selection", None)
+        if getattr(selection, "kind", None) == "battery" and (
+                population.energy is None or not any(a.kind == "eligible" for a in population.availability)):
+            raise ScenarioFieldError("algorithm.selection.kind", "battery-first selection reads the devices' battery "
+                                     "levels, which exist with population.energy and an eligible availability entry "
+                                     "(whose habits say when phones charge); add both, or choose another kind")
         if population.energy is None:
             for i, entry in enumerate(population.availability):
                 if getattr(entry, "min_soc", None) is not None:

@@ -43,6 +43,10 @@ class Batteries:
         self.at = np.zeros(len(self.capacity_j))
         self.power_w = np.zeros(len(self.capacity_j))
         self.until = np.where(self.tracked, 0.0, INF)  # every tracked device's power is read at its first look
+        # the floor's answer for everyone, and until when each holds (recomputed only where it may have changed)
+        self._above = ~self.tracked
+        self._above_until = np.where(self.tracked, -INF, INF)
+        self._asked_at = -INF
 
     # ------------------------------------------------------------------------------------------- habits
     def _background(self, ids: np.ndarray, t: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -74,13 +78,23 @@ class Batteries:
         self._settle(ids, t)
         return np.clip(self.level_j[ids] + self.power_w[ids] * (t - self.at[ids]), 0.0, self.capacity_j[ids])
 
-    def above_floor(self, ids: np.ndarray, t: float) -> np.ndarray:
-        """Whether each device's battery meets its policy's floor at t (untracked devices always do)."""
-        ids = np.asarray(ids, dtype=np.int64)
-        keep = ~self.tracked[ids]
-        tracked = ids[~keep]
-        keep[~keep] = self.level(tracked, t) >= self.floor_j[tracked]
-        return keep
+    def above_floor(self, t: float) -> np.ndarray:
+        """Whether each device's battery meets its policy's floor at the clock's time t (untracked devices
+        always do). An answer holds until the device's power changes or its level crosses the floor, so
+        each call recomputes only the few devices whose answer may have changed since the last."""
+        if t < self._asked_at:  # asked about an earlier time (a checkpoint was loaded): everyone afresh
+            self._above_until[self.tracked] = -INF
+        self._asked_at = t
+        stale = np.flatnonzero(self._above_until <= t)
+        if len(stale):
+            level, floor, power = self.level(stale, t), self.floor_j[stale], self.power_w[stale]
+            above = level >= floor
+            with np.errstate(divide="ignore", invalid="ignore"):
+                crossing = np.where((power < 0) & above, t + (level - floor) / -power,
+                                    np.where((power > 0) & ~above, t + (floor - level) / power, INF))
+            self._above[stale] = above
+            self._above_until[stale] = np.minimum(self.until[stale], crossing)
+        return self._above
 
     # ------------------------------------------------------------------------------------- the walks
     def _copy(self, ids):
@@ -122,6 +136,8 @@ class Batteries:
         ids = np.asarray(ids, dtype=np.int64)
         hit = np.full(len(ids), INF)
         rows = np.flatnonzero(self.tracked[ids] & np.isfinite(phases["begin"]) & (stop > phases["begin"]))
+        if not commit:
+            rows = rows[self._may_empty(ids[rows], phases, rows, stop[rows])]
         if not len(rows):
             return hit
         mine = ids[rows]
@@ -163,13 +179,29 @@ class Batteries:
             live = live[(at[live] < stop[live]) & ~hits]
         if commit:
             self.level_j[mine], self.at[mine], self.power_w[mine], self.until[mine] = level, at, power, until
+            self._above_until[mine] = -INF
         return hit
 
+    def _may_empty(self, ids, phases, rows, stop) -> np.ndarray:
+        """Whether a device's battery could reach its floor while it works: not where its level as it
+        begins (known in one step when its power holds until then) minus every watt it could draw until
+        `stop` and two radio tails stays above the floor. Spares most devices the walk."""
+        begin = phases["begin"][rows]
+        known = self.until[ids] > begin
+        start = np.clip(self.level_j[ids] + self.power_w[ids] * (begin - self.at[ids]), 0.0, self.capacity_j[ids])
+        drain = (self.idle_w + self.in_use_w + phases["power"][rows].max(axis=1)) * (stop - begin)
+        safe = known & (start - drain - 2.0 * phases["tail_j"][rows] > self.floor_j[ids])
+        return ~safe
+
     # ----------------------------------------------------------------------------------- the record
+    def soc_of(self, ids: np.ndarray, t: float) -> np.ndarray:
+        """Each device's state of charge at the clock's time t (NaN where untracked)."""
+        ids = np.asarray(ids, dtype=np.int64)
+        return self.level(ids, t) / self.capacity_j[ids]
+
     def soc(self, t: float) -> np.ndarray:
         """Every device's state of charge at the clock's time t (NaN where untracked)."""
-        everyone = np.arange(len(self.capacity_j))
-        return self.level(everyone, t) / self.capacity_j
+        return self.soc_of(np.arange(len(self.capacity_j)), t)
 
     def state(self) -> dict:
         return {"level_j": self.level_j.copy(), "at": self.at.copy(), "power_w": self.power_w.copy(),
@@ -178,6 +210,7 @@ class Batteries:
     def load_state(self, state: dict) -> None:
         self.level_j[:], self.at[:], self.power_w[:], self.until[:] = (
             state["level_j"], state["at"], state["power_w"], state["until"])
+        self._above_until[self.tracked], self._asked_at = -INF, -INF
 
 
 def batteries_for(profiles, config, availability, entries) -> Batteries | None:

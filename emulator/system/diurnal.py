@@ -151,8 +151,16 @@ class Diurnal(AvailabilityModel):
 
     def next_online(self, local, t):
         online, _ = self._containing(local, t)
+        return np.where(online, t, self._next_opening(local, t))
+
+    def flips(self, local, t):
+        """(online at t, when that answer next changes), in one pass over the windows."""
+        online, end = self._containing(local, t)
+        return online, np.where(online, end, self._next_opening(local, t))
+
+    def _next_opening(self, local, t):
         following = np.full(len(local), INF)
         for shift in self.opening_shifts:
             start = self._window_starts(local, t, shift)
             following = np.where((start > t) & (start < following), start, following)
-        return np.where(online, t, following)
+        return following

@@ -162,9 +162,8 @@ class Eligible(AvailabilityModel):
         local = np.asarray(local, dtype=np.int64)
         states, change = [], np.full(len(local), INF)
         for name in ("charging", "in_use"):
-            habit, has = self.habits[name], self.has[name][local]
-            on = has & habit.online(local, t)
-            flips = np.where(on, habit.next_offline(local, t), habit.next_online(local, t))
+            has = self.has[name][local]
+            on, flips = self.habits[name].flips(local, t)
             change = np.minimum(change, np.where(has, flips, INF))
-            states.append(on)
+            states.append(has & on)
         return states[0], states[1], change

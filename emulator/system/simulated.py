@@ -97,7 +97,10 @@ class SimulatedSystem(SystemModel):
                 online = self._online(env.now)
             if capacity(len(online)) < needed:
                 return RoundOutcome(started, env.now, _EMPTY, _EMPTY, failed=True)
-            drawn = request.selection.select(online, wanted, request.rng)
+            policy = request.selection
+            if "soc" in policy.reads and self.batteries is not None:  # a battery-aware policy hears the levels
+                policy = policy.informed(soc=functools.partial(self.batteries.soc_of, t=env.now))
+            drawn = policy.select(online, wanted, request.rng)
 
         devices, weight = distinct_in_draw_order(drawn)
         secure = request.secure
