@@ -131,6 +131,11 @@ class AvailabilityModel:
     def next_online(self, local: np.ndarray, t: float) -> np.ndarray:
         raise NotImplementedError
 
+    def flips(self, local: np.ndarray, t) -> tuple[np.ndarray, np.ndarray]:
+        """(online at t, when that answer next changes): a daily habit's question (system/eligibility.py)."""
+        online = self.online(local, t)
+        return online, np.where(online, self.next_offline(local, t), self.next_online(local, t))
+
     def state(self) -> dict:
         """What the model carries between rounds (for checkpoints); most models carry nothing."""
         return {}
@@ -263,6 +268,24 @@ class Trace(AvailabilityModel):
             raise ScenarioError(f"{field}: the trace {config.file} has {traced} devices for the entry's "
                                 f"{len(members)} devices; with reuse: false each device needs its own trace "
                                 "device: use a larger trace, fewer devices, or reuse: true")
+        self._index(windows)
+        self.trace_device = assign_rows(len(members), traced, config.assign, stream)
+        if world is not None:  # which trace device a member plays follows its data: see system/ties.py
+            source = world.order("trace", members, self.online_s[self.trace_device])
+            if source is not None:
+                self.trace_device = self.trace_device[source]
+
+    @classmethod
+    def of_windows(cls, members, windows, trace_device: np.ndarray) -> "Trace":
+        """Members playing the given windows (a habit of a behaviour trace, system/habit_traces.py)."""
+        model = cls.__new__(cls)
+        AvailabilityModel.__init__(model, members)
+        model._index(windows)
+        model.trace_device = trace_device
+        return model
+
+    def _index(self, windows) -> None:
+        traced = windows.count
         # one empty window of a phantom device T at the end, so every index below stays inside the arrays
         self.starts = np.append(windows.starts, 0.0)
         self.ends = np.append(windows.ends, 0.0)
@@ -287,16 +310,12 @@ class Trace(AvailabilityModel):
         self.reach[final[wraps]] = np.where(final[wraps] == opening[wraps], INF,
                                             period[self.has_windows][wraps] + self.ends[opening[wraps]])
         self.online_s = windows.online_s()  # per trace device, per period
-        self.trace_device = assign_rows(len(members), traced, config.assign, stream)
-        if world is not None:  # which trace device a member plays follows its data: see system/ties.py
-            source = world.order("trace", members, self.online_s[self.trace_device])
-            if source is not None:
-                self.trace_device = self.trace_device[source]
 
     def _locate(self, local, t):
         """(cycle start, trace device, window index, whether a window starts before t in the cycle, online)."""
         dev = self.trace_device[local]
-        if len(dev) > len(self.first) // 4:  # many devices: answer once per trace device, in order, then gather
+        # many devices at one time: answer once per trace device, in order, then gather
+        if np.ndim(t) == 0 and len(dev) > len(self.first) // 4:
             # (searching keys in order is several times faster than at random for large traces)
             cycle, _, j, valid, online = self._answer(np.arange(len(self.first)), t)
             return cycle[dev], dev, j[dev], valid[dev], online[dev]
@@ -317,7 +336,7 @@ class Trace(AvailabilityModel):
 
     def next_offline(self, local, t):
         cycle, _, j, _, online = self._locate(local, t)
-        return np.where(online, cycle + self.reach[j], float(t))
+        return np.where(online, cycle + self.reach[j], t)  # t: one time, or one per device
 
     def next_online(self, local, t):
         cycle, dev, j, valid, online = self._locate(local, t)
@@ -326,4 +345,4 @@ class Trace(AvailabilityModel):
         wrap = self.repeating[dev] & self.has_windows[dev]  # to the first window of the next period
         result = np.where(has_next, cycle + self.starts[after],
                           np.where(wrap, cycle + self.multiplier[dev] + self.starts[self.first[dev]], INF))
-        return np.where(online, float(t), result)
+        return np.where(online, t, result)

@@ -20,8 +20,10 @@ import numpy as np
 from pydantic import Field, model_validator
 
 from emulator.scenario import AvailabilitySettings, ScenarioFieldError, Strict
-from emulator.system.availability import INF, AvailabilityModel, TimeZones
+from emulator.system.availability import INF, AvailabilityModel, TimeZones, Trace
 from emulator.system.diurnal import Diurnal, draw_zones
+from emulator.system.habit_traces import read_habits
+from emulator.system.traces import assign_rows
 
 CLAUSES = ("charging", "unmetered", "idle")
 HABITS = ("charging", "unmetered", "in_use")  # the daily windows the clauses read (idle: outside in_use)
@@ -37,6 +39,16 @@ class DailyHabit(Strict):
     start_spread_h: float = Field(0.0, ge=0, le=24)  # each device's fixed offset, in +-spread/2
     jitter_h: float = Field(0.0, ge=0)               # a fresh N(0, jitter) shift of the window every day
     share: float = Field(1.0, ge=0, le=1)            # the devices that have this habit at all
+
+
+class HabitTrace(Strict):
+    """The habits as recorded: a behaviour trace (system/habit_traces.py: csv, or FLASH's state_traces.json).
+    Device k plays trace device k mod T (`assign: cycle`) or a seeded random one (`random`)."""
+
+    file: str
+    format: Literal["csv", "flash"] = "csv"
+    repeat_s: Optional[float] = Field(None, gt=0)  # csv: every device repeats with this period
+    assign: Literal["cycle", "random"] = "cycle"
 
 
 class EligibleAvailability(AvailabilitySettings):
@@ -57,12 +69,19 @@ class EligibleAvailability(AvailabilitySettings):
     # (population.energy; default DEFAULT_MIN_SOC there), checked by system/battery.py
     min_soc: Optional[float] = Field(None, ge=0, le=1)
     timezones: TimeZones = TimeZones()
+    trace: Optional[HabitTrace] = None  # the habits from a behaviour trace instead of daily windows
 
     @model_validator(mode="after")
     def _distinct(self):
         if len(set(self.requires)) != len(self.requires):
             raise ScenarioFieldError("requires", f"names a clause twice: {self.requires}; each of "
                                      f"{', '.join(CLAUSES)} at most once")
+        if self.trace is not None:
+            for name in (*HABITS, "timezones"):
+                if name in self.model_fields_set:
+                    raise ScenarioFieldError(name, f"the habits come from trace.file {self.trace.file}, which "
+                                             f"says when; leave {name} out (a trace plays on the simulation's clock "
+                                             "as recorded)")
         return self
 
     def floor(self) -> float:
@@ -77,14 +96,26 @@ class Eligible(AvailabilityModel):
 
     def __init__(self, members, config: EligibleAvailability, rng: np.random.Generator, key: int, world=None):
         super().__init__(members)
-        self.zone_s = draw_zones(config.timezones, members, rng, world)
         self.requires = tuple(config.requires)
-        self.habits: dict[str, Diurnal] = {}
+        self.habits: dict[str, AvailabilityModel] = {}
         self.has: dict[str, np.ndarray] = {}
+        if config.trace is not None:
+            self._replay(config.trace, rng)
+            return
+        self.zone_s = draw_zones(config.timezones, members, rng, world)
         for index, name in enumerate(HABITS):
             habit = getattr(config, name)
             self.has[name] = rng.random(len(members)) < habit.share
             self.habits[name] = Diurnal(members, habit, rng, key * 4 + index + 1, zone_s=self.zone_s)
+
+    def _replay(self, trace: HabitTrace, rng: np.random.Generator) -> None:
+        """Each habit from the behaviour trace: a device has a habit if its trace device ever shows it."""
+        windows = read_habits(trace.file, trace.format, trace.repeat_s)
+        played = assign_rows(len(self.members), windows["charging"].count, trace.assign, rng)
+        self.zone_s = np.zeros(len(self.members))  # the trace's own clock
+        for name in HABITS:
+            self.habits[name] = Trace.of_windows(self.members, windows[name], played)
+            self.has[name] = (windows[name].online_s() > 0)[played]
 
     # ---------------------------------------------------------------------------------- the clauses
     def _holds(self, clause: str, local, t, everyone: bool = False) -> np.ndarray:
