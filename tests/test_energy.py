@@ -53,7 +53,8 @@ def _by_hand(run, scenario) -> tuple[dict[int, dict], dict[int, float]]:
         reported = {int(e["device"]): float(e["time_s"]) for e in mine if e["event"] == "reported"}
         down_bytes, up_bytes = int(row["bytes_down"]) / len(selected), int(row["bytes_up"]) / len(reported)
         closed = float(row["sim_time_s"])
-        total = wasted = radio_total = 0.0
+        total = wasted = radio_total = cancelled = 0.0
+        told_to_stop = {int(e["device"]) for e in mine if e["event"] == "cancelled"}
         for k, start in selected.items():
             d = devices[k]
             radio = LTE if d["link"] == "cellular" else WIFI
@@ -69,8 +70,10 @@ def _by_hand(run, scenario) -> tuple[dict[int, dict], dict[int, float]]:
             joules = float(d["compute_w"]) * done[1] + radio_j
             total, radio_total = total + joules, radio_total + radio_j
             wasted += 0.0 if k in reported else joules
+            cancelled += joules if k in told_to_stop else 0.0
             spent[k] = spent.get(k, 0.0) + joules
-        rounds[r] = {"energy_j": total, "energy_wasted_j": wasted, "energy_radio_j": radio_total}
+        rounds[r] = {"energy_j": total, "energy_wasted_j": wasted, "energy_cancelled_j": cancelled,
+                     "energy_radio_j": radio_total}
     return rounds, spent
 
 
@@ -81,10 +84,12 @@ def test_every_rounds_and_devices_energy_is_what_its_timeline_and_profile_give(t
     for row in result.rows:
         for column, value in rounds[row["round"]].items():
             assert row[column] == pytest.approx(value, rel=1e-9), (row["round"], column)
-    assert sum(r["energy_wasted_j"] for r in rounds.values()) > 0  # the over-selected were cancelled mid-work
+    assert sum(r["energy_cancelled_j"] for r in rounds.values()) > 0  # the over-selected were cancelled mid-work
     devices = _table(result.path / "participation.csv")
     for d in devices:  # participation.csv keeps six significant digits
         assert float(d["energy_j"]) == pytest.approx(spent.get(int(d["device"]), 0.0), rel=1e-5, abs=1e-9)
+        assert float(d["battery_share"]) == pytest.approx(float(d["energy_j"]) / (float(d["battery_wh"]) * 3600),
+                                                          rel=1e-4, abs=1e-12)
     links = {d["link"] for d in devices}
     assert links == {"wifi", "cellular"}
     radio = {link: [float(d["energy_j"]) for d in devices if d["link"] == link and int(d["reported"])]

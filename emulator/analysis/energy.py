@@ -28,6 +28,8 @@ def energy_stats(metrics: pd.DataFrame, participation: pd.DataFrame | None, targ
     total = float(metrics["energy_j"].sum())
     row = {"fleet_kj": total / 1e3,
            "wasted_energy_share": float(metrics["energy_wasted_j"].sum()) / total if total > 0 else math.nan}
+    if "energy_cancelled_j" in metrics and total > 0:  # over-selection's price
+        row["cancelled_energy_share"] = float(metrics["energy_cancelled_j"].sum()) / total
     if "aborted" in metrics:
         row["aborted"] = int(metrics["aborted"].sum())
     if target is not None:

@@ -41,6 +41,7 @@ COLUMNS = {  # table column -> (heading, format)
     "fleet_kj": ("fleet energy kJ", "{:.1f}"),
     "kj_to_target": ("kJ to {target}", "{:.1f}"),
     "wasted_energy_share": ("energy wasted", "{:.1%}"),
+    "cancelled_energy_share": ("of it cancelled", "{:.1%}"),
     "top10_energy_share": ("energy of top 10%", "{:.1%}"),
     "aborted": ("aborted", "{:.0f}"),
 }

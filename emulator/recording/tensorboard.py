@@ -8,7 +8,8 @@ and flushes them at once, so `tensorboard --logdir runs/` shows a round as soon 
     bytes/down, bytes/up, and the totals so far: bytes/down_total, bytes/up_total, bytes/total
     time/sim_time_s, time/round_duration_s, time/server_compute_s, time/wall_time_s
     bias/label_tv, bias/label_tv_floor, bias/unseen_share, test/worst_class, test/worst_class_acc
-    with batteries: cohort/aborted, energy/round_j, energy/wasted_j, energy/radio_j, energy/aborted_j and the
+    with batteries: cohort/aborted, energy/round_j, energy/wasted_j, energy/cancelled_j, energy/radio_j,
+    energy/aborted_j and the
     fleet's energy so far, energy/total_j
     algorithm/<column> for every other numeric column (FAST's `algorithm/q`)
 
@@ -50,6 +51,7 @@ TAGS = {
     "worst_class": "test/worst_class", "worst_class_acc": "test/worst_class_acc",
     "aborted": "cohort/aborted", "energy_j": "energy/round_j", "energy_wasted_j": "energy/wasted_j",
     "energy_radio_j": "energy/radio_j", "energy_aborted_j": "energy/aborted_j",
+    "energy_cancelled_j": "energy/cancelled_j",
 }
 BY_SIM_TIME = ("test_acc", "test_loss", "train_acc", "train_loss")  # also written as by_sim_time/<column>
 NOT_SCALARS = ("round", "kind", "sim_start_s")  # the step, a label, the previous round's sim_time_s

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-ENERGY_COLUMNS = ("energy_j", "energy_wasted_j", "energy_radio_j")
+ENERGY_COLUMNS = ("energy_j", "energy_wasted_j", "energy_cancelled_j", "energy_radio_j")
 
 
 @dataclass
@@ -78,9 +78,11 @@ def work_phases(plan: dict, compute_w: np.ndarray, cellular: np.ndarray, down_mb
     return {"begin": plan["start"], "edges": edges, "power": power, "tail_j": tail_s * tail_w}
 
 
-def round_columns(compute_j: np.ndarray, radio_j: np.ndarray, reported: np.ndarray) -> dict[str, float]:
+def round_columns(compute_j: np.ndarray, radio_j: np.ndarray, reported: np.ndarray,
+                  cancelled: np.ndarray) -> dict[str, float]:
     """metrics.csv's energy columns of a round: all energy spent, that of devices whose work was not used
-    (dropped, stragglers, cancelled, or every device of a failed round), and the radio's share of it all."""
+    (dropped, stragglers, cancelled, or every device of a failed round), the part of it the cancelled spent
+    (over-selection's price: told to stop once enough reports were in), and the radio's share of it all."""
     spent = compute_j + radio_j
     return {"energy_j": float(spent.sum()), "energy_wasted_j": float(spent[~reported].sum()),
-            "energy_radio_j": float(radio_j.sum())}
+            "energy_cancelled_j": float(spent[cancelled].sum()), "energy_radio_j": float(radio_j.sum())}

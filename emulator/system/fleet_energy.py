@@ -52,16 +52,16 @@ class FleetEnergy:
                                      links.up_mbps[devices], config.wifi, config.cellular)
         return self.batteries.work(devices, plan["phases"], stop, commit=False)
 
-    def spend(self, devices, plan, closed, used, aborted, ledger) -> dict[str, float]:
+    def spend(self, devices, plan, closed, used, cancelled, aborted, ledger) -> dict[str, float]:
         """Charge each selected device the energy of the work it did this round (system/energy.py) and take
         it from its battery; the round's energy columns. `used`: whether each device's report went into the
-        model; `aborted`: whether its policy stopped holding while it worked (None: no eligible entry)."""
+        model; `cancelled`: whether it was told to stop; `aborted`: whether its policy stopped holding while it worked (None: no eligible entry)."""
         config, links = self.config, self.links
         compute_j, radio_j = round_energy(plan, closed, self.profiles.compute_w[devices],
                                           self.profiles.cellular[devices], links.down_mbps[devices],
                                           links.up_mbps[devices], config.wifi, config.cellular)
         ledger.charge(devices, compute_j + radio_j)
-        columns = round_columns(compute_j, radio_j, used)
+        columns = round_columns(compute_j, radio_j, used, cancelled)
         if self.batteries is not None:
             self.batteries.work(devices, plan["phases"], np.minimum(plan["end"], closed), commit=True)
         if aborted is not None:

@@ -237,7 +237,7 @@ class SimulatedSystem(SystemModel):
             failed = failed or aborted
         reported = np.repeat(devices[reports], weight[reports])
         energy = {} if self.fleet_energy is None else self.fleet_energy.spend(
-            devices, plan, closed, finished_in_time & (not failed), None if self.eligible is None else aborted,
+            devices, plan, closed, finished_in_time & (not failed), cancelled, None if self.eligible is None else aborted,
             self.ledger)
         self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
                            devices[cancelled], devices[aborted])

@@ -40,6 +40,8 @@ class ParticipationLedger(Observer):
         world = self.world
         columns = {"device": np.arange(len(world.sizes)), "samples": world.sizes, **ledger,
                    **world.system.describe_devices()}
+        if "energy_j" in columns and "battery_wh" in columns:  # how many full batteries' worth it spent on learning
+            columns["battery_share"] = columns["energy_j"] / (columns["battery_wh"] * 3600.0)
         if world.upload.dp is not None:  # each device's sampling-free bound over the rounds it reported in
             columns["dp_epsilon"] = world.upload.device_epsilons(ledger["reported"])
         return columns
