@@ -236,3 +236,31 @@ def test_battery_first_needs_batteries():
     raw = small_scenario(algorithm={**small_scenario()["algorithm"], "selection": {"kind": "battery"}})
     with pytest.raises(ScenarioError, match="algorithm.selection.kind.*population.energy"):
         validate_scenario(raw)
+
+
+def test_a_drained_phone_reaches_its_floor_when_its_charger_lifts_it_and_never_without_one():
+    raw = _world()
+    raw["population"]["availability"][0]["charging"]["share"] = 0.5
+    system = SimulatedSystem(validate_scenario(raw))
+    batteries, e = system.batteries, system.fleet_energy.profiles
+    everyone = np.arange(raw["population"]["devices"])
+    batteries.level_j[:] = 0.0  # every phone empty at time 0
+    batteries.until[:] = 0.0
+    ready = batteries.reaches_floor(everyone, np.zeros(len(everyone)))
+    charges = batteries.charges
+    assert charges.any() and (~charges).any()
+    assert np.isinf(ready[~charges]).all()
+    # from empty, standby drain and charging power from 120 s on: the floor's joules at the net rate
+    floor = FLOOR * e.battery_wh * 3600.0
+    net = e.charge_w - IDLE_W
+    assert ready[charges] == pytest.approx((CHARGING[0] + floor / net)[charges], rel=1e-9)
+
+
+def test_fast_snapshots_in_a_battery_world_start_each_phone_at_its_floor(tmp_path):
+    raw = _world(rounds=6, algorithm={**small_scenario()["algorithm"], "name": "fast", "q": 0.5})
+    raw["population"]["availability"][0]["charging"]["share"] = 0.5
+    scenario = validate_scenario(raw)
+    result = run_scenario(scenario, tmp_path / "fast")
+    events = _table(result.path / "events.csv")
+    assert any(x["event"] == "checked_in" for x in events)  # a snapshot's phone started later
+    assert sum(r["participants"] for r in result.rows) > 0

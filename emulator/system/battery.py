@@ -36,8 +36,11 @@ class Batteries:
         self._group, self._local = availability.group, availability.local
         self._sources = [(g, m) for g, m in enumerate(availability.models) if isinstance(m, Eligible)]
         self.tracked = np.zeros(len(self.capacity_j), dtype=bool)
-        for g, _ in self._sources:
-            self.tracked |= self._group == g
+        self.charges = np.zeros(len(self.capacity_j), dtype=bool)  # ever plugged in: a level that can climb
+        for g, model in self._sources:
+            members = self._group == g
+            self.tracked |= members
+            self.charges[members] = model.has["charging"]
         self.floor_j = floors * self.capacity_j
         self.level_j = np.where(self.tracked, initial * self.capacity_j, np.nan)
         self.at = np.zeros(len(self.capacity_j))
@@ -109,20 +112,22 @@ class Batteries:
         level, at, power, until = self._copy(ids[todo])
         target, floor = out[todo], self.floor_j[ids[todo]]
         cap, horizon = self.capacity_j[ids[todo]], target + REACH_DAYS * 86400.0
+        charges = self.charges[ids[todo]]
         while len(todo):
-            ahead = np.minimum(until, np.maximum(target, at))  # first to t, then on to each change
+            ahead = np.where(at < target, np.minimum(until, target), until)  # first to t, then to each change
             gained = level + power * (ahead - at)
             climbs = (ahead >= target) & (level < floor) & (power > 0) & (gained >= floor)
             crossing = at + (floor - level) / np.where(power > 0, power, 1.0)
             met_at_target = (at >= target) & (level >= floor)
-            done = met_at_target | climbs | (ahead >= horizon)
+            hopeless = (level < floor) & ~charges  # below it, and never plugged in: it only drains
+            done = met_at_target | climbs | hopeless | (ahead >= horizon)
             out[todo[done]] = np.where(met_at_target, at, np.where(climbs, np.maximum(crossing, target),
                                                                     INF))[done]
             keep = ~done
             level = np.clip(gained, 0.0, cap)[keep]
-            at, power, until, target, floor, cap, horizon, todo = (
+            at, power, until, target, floor, cap, horizon, charges, todo = (
                 ahead[keep], power[keep], until[keep], target[keep], floor[keep], cap[keep], horizon[keep],
-                todo[keep])
+                charges[keep], todo[keep])
             changed = until <= at
             if changed.any():
                 power[changed], until[changed] = self._background(ids[todo[changed]], at[changed])

@@ -35,7 +35,9 @@ class FleetEnergy:
             if not len(searching):
                 return start
             charged = self.batteries.reaches_floor(devices[searching], start[searching])
-            again = self.availability.next_online(devices[searching], charged)
+            again = np.full(len(searching), np.inf)  # a battery that never reaches its floor: never
+            able = np.isfinite(charged)
+            again[able] = self.availability.next_online(devices[searching[able]], charged[able])
             moved = again > start[searching]
             start[searching] = again
             searching = searching[moved & np.isfinite(again)]
