@@ -22,6 +22,7 @@ import numpy as np
 from emulator.system.availability import INF
 from emulator.system.eligibility import Eligible
 
+CHUNK = 1 << 18  # phones whose power is read at once when the world is built (bounds the temporaries)
 REACH_DAYS = 400  # how far ahead a battery below its floor is followed to when it climbs back (beyond: never)
 
 
@@ -45,7 +46,11 @@ class Batteries:
         self.level_j = np.where(self.tracked, initial * self.capacity_j, np.nan)
         self.at = np.zeros(len(self.capacity_j))
         self.power_w = np.zeros(len(self.capacity_j))
-        self.until = np.where(self.tracked, 0.0, INF)  # every tracked device's power is read at its first look
+        self.until = np.full(len(self.capacity_j), INF)
+        tracked = np.flatnonzero(self.tracked)
+        for begin in range(0, len(tracked), CHUNK):  # each phone's power at time 0, once, as the world is built
+            chunk = tracked[begin:begin + CHUNK]
+            self.power_w[chunk], self.until[chunk] = self._background(chunk, np.zeros(len(chunk)))
         # the floor's answer for everyone, and until when each holds (recomputed only where it may have changed)
         self._above = ~self.tracked
         self._above_until = np.where(self.tracked, -INF, INF)
@@ -81,14 +86,16 @@ class Batteries:
         self._settle(ids, t)
         return np.clip(self.level_j[ids] + self.power_w[ids] * (t - self.at[ids]), 0.0, self.capacity_j[ids])
 
-    def above_floor(self, t: float) -> np.ndarray:
+    def above_floor(self, ids: np.ndarray, t: float) -> np.ndarray:
         """Whether each device's battery meets its policy's floor at the clock's time t (untracked devices
         always do). An answer holds until the device's power changes or its level crosses the floor, so
-        each call recomputes only the few devices whose answer may have changed since the last."""
+        each call recomputes only the devices asked about whose answer may have changed since (a phone is
+        first looked at when it first comes online)."""
         if t < self._asked_at:  # asked about an earlier time (a checkpoint was loaded): everyone afresh
-            self._above_until[self.tracked] = -INF
+            self._forget()
         self._asked_at = t
-        stale = np.flatnonzero(self._above_until <= t)
+        ids = np.asarray(ids, dtype=np.int64)
+        stale = ids[self._above_until[ids] <= t]
         if len(stale):
             level, floor, power = self.level(stale, t), self.floor_j[stale], self.power_w[stale]
             above = level >= floor
@@ -97,7 +104,11 @@ class Batteries:
                                     np.where((power > 0) & ~above, t + (floor - level) / power, INF))
             self._above[stale] = above
             self._above_until[stale] = np.minimum(self.until[stale], crossing)
-        return self._above
+        return self._above[ids]
+
+    def _forget(self, ids: np.ndarray | None = None) -> None:
+        """The floor's answers of these devices (None: all) are to be found afresh at the next look."""
+        self._above_until[self.tracked if ids is None else ids] = -INF
 
     # ------------------------------------------------------------------------------------- the walks
     def _copy(self, ids):
@@ -145,8 +156,16 @@ class Batteries:
             rows = rows[self._may_empty(ids[rows], phases, rows, stop[rows])]
         if not len(rows):
             return hit
+        if commit:  # most phones' habits hold through their work: one fixed sequence of steps, no search
+            stale = ids[rows][self.until[ids[rows]] <= self.at[ids[rows]]]
+            if len(stale):
+                self.power_w[stale], self.until[stale] = self._background(stale, self.at[stale])
+            steady = self.until[ids[rows]] > stop[rows]
+            self._through_work(ids[rows[steady]], phases, rows[steady], stop[rows[steady]])
+            rows = rows[~steady]
+            if not len(rows):
+                return hit
         mine = ids[rows]
-        self._settle(mine, float(phases["begin"][rows].min()))
         level, at, power, until = self._copy(mine)
         edges, work_w, tail_j = phases["edges"][rows], phases["power"][rows], phases["tail_j"][rows]
         stop, begin, floor, cap = stop[rows], phases["begin"][rows], self.floor_j[mine], self.capacity_j[mine]
@@ -184,8 +203,24 @@ class Batteries:
             live = live[(at[live] < stop[live]) & ~hits]
         if commit:
             self.level_j[mine], self.at[mine], self.power_w[mine], self.until[mine] = level, at, power, until
-            self._above_until[mine] = -INF
+            self._forget(mine)
         return hit
+
+    def _through_work(self, ids, phases, rows, stop) -> None:
+        """Commit the walk of devices whose power holds from their last event through their work: the same
+        steps as `work`'s search, in their fixed order (to check-in, to the download, download, training,
+        upload, each cut at `stop`; a tail after each transfer begun)."""
+        edges, work_w, tail_j = phases["edges"][rows], phases["power"][rows], phases["tail_j"][rows]
+        points = [self.at[ids], np.minimum(phases["begin"][rows], stop)] + [np.minimum(edges[:, k], stop)
+                                                                             for k in range(4)]
+        background, level, cap = self.power_w[ids], self.level_j[ids], self.capacity_j[ids]
+        for k in range(5):
+            power = background if k < 2 else background - work_w[:, k - 2]
+            level = np.clip(level + power * (points[k + 1] - points[k]), 0.0, cap)
+            if k in (2, 4):  # a tail when the transfer ends, or the work stops inside it
+                level = np.where(stop > edges[:, k - 2], np.maximum(level - tail_j, 0.0), level)
+        self.level_j[ids], self.at[ids] = level, stop
+        self._forget(ids)
 
     def _may_empty(self, ids, phases, rows, stop) -> np.ndarray:
         """Whether a device's battery could reach its floor while it works: not where its level as it
@@ -215,7 +250,8 @@ class Batteries:
     def load_state(self, state: dict) -> None:
         self.level_j[:], self.at[:], self.power_w[:], self.until[:] = (
             state["level_j"], state["at"], state["power_w"], state["until"])
-        self._above_until[self.tracked], self._asked_at = -INF, -INF
+        self._forget()
+        self._asked_at = -INF
 
 
 def batteries_for(profiles, config, availability, entries) -> Batteries | None:

@@ -22,7 +22,7 @@ class FleetEnergy:
 
     def may_check_in(self, online: np.ndarray, t: float) -> np.ndarray:
         """Of the devices online at t, those whose battery meets their policy's floor."""
-        return online if self.batteries is None else online[self.batteries.above_floor(t)[online]]
+        return online if self.batteries is None else online[self.batteries.above_floor(online, t)]
 
     def next_start(self, devices: np.ndarray, start: np.ndarray) -> np.ndarray:
         """When each device of a snapshot round may check in, from when it is next online: with its battery
