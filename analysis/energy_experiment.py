@@ -45,19 +45,39 @@ def jobs() -> list[tuple[str, Path, list[str], list[str]]]:
     return out
 
 
-def table(root: Path) -> int:
-    from emulator.analysis import write_report
+COLUMNS = (("final_acc", "final acc", "{:.3f}"), ("tta_hours", "h to 0.6", "{:.2f}"),
+           ("kj_to_target", "kJ to 0.6", "{:.0f}"), ("fleet_kj", "fleet kJ", "{:.0f}"),
+           ("wasted_energy_share", "wasted", "{:.1%}"), ("cancelled_energy_share", "cancelled", "{:.1%}"),
+           ("top10_energy_share", "top 10% pay", "{:.1%}"), ("never_reported", "never reported", "{:.1%}"),
+           ("unseen_share", "data never seen", "{:.1%}"), ("worst_class_acc", "worst class", "{:.3f}"),
+           ("mean_label_tv", "label TV", "{:.3f}"), ("aborted", "aborted", "{:.0f}"))
 
-    runs = sorted(p.parent for p in root.rglob("summary.json") if "report" not in p.parts)
-    if not runs:
+
+def table(root: Path) -> int:
+    """One row per (world, algorithm): mean +- sample sd over the seeds; the whole report in OUT/report."""
+    from emulator.analysis import write_report
+    from emulator.analysis.report import comparison_table
+    from emulator.analysis.runs import read_runs, select_runs
+
+    names = [name for name, _, _, _ in jobs() if (root / name).is_dir()]
+    if not names:
         print(f"{root}: no runs", file=sys.stderr)
         return 1
-    report = write_report(runs, root / "report", target=TARGET, title="Eligibility against availability windows")
-    text = report.read_text().splitlines()
-    start = next(i for i, line in enumerate(text) if line.startswith("| experiment"))
-    end = next((i for i in range(start, len(text)) if not text[i].startswith("|")), len(text))
-    print("\n".join(text[start:end]))
-    print(f"\nthe whole report: {report}")
+    print("| world | algorithm | seeds | " + " | ".join(heading for _, heading, _ in COLUMNS) + " |")
+    print("|---|---|---|" + "---|" * len(COLUMNS))
+    for name in names:
+        runs, _ = read_runs([root / name])
+        row = comparison_table(select_runs(runs).groups, TARGET, 5).iloc[0]
+        cells = []
+        for column, _, form in COLUMNS:
+            value, spread = row.get(column, float("nan")), row.get(f"{column}_std", float("nan"))
+            text = "-" if value != value else form.format(value)
+            cells.append(text + (f" ± {form.format(spread)}" if value == value and spread == spread else ""))
+        world, algorithm = name.split("/")
+        print(f"| {world} | {algorithm} | {int(row['seeds'])} | " + " | ".join(cells) + " |")
+    report = write_report([root / name for name in names], root / "report", target=TARGET,
+                          title="Eligibility against availability windows")
+    print(f"\nthe whole report (figures, who pays): {report}")
     return 0
 
 
