@@ -157,11 +157,12 @@ class Batteries:
         if not len(rows):
             return hit
         if commit:  # most phones' habits hold through their work: one fixed sequence of steps, no search
-            stale = ids[rows][self.until[ids[rows]] <= self.at[ids[rows]]]
+            mine = ids[rows]
+            stale = mine[self.until[mine] <= self.at[mine]]  # a walk that ended just as its power changed
             if len(stale):
                 self.power_w[stale], self.until[stale] = self._background(stale, self.at[stale])
-            steady = self.until[ids[rows]] > stop[rows]
-            self._through_work(ids[rows[steady]], phases, rows[steady], stop[rows[steady]])
+            steady = self.until[mine] > stop[rows]
+            self._through_work(mine[steady], phases, rows[steady], stop[rows[steady]])
             rows = rows[~steady]
             if not len(rows):
                 return hit
