@@ -105,3 +105,28 @@ def test_a_run_records_each_devices_habits_and_only_eligible_phones_report(tmp_p
     assert set(np.unique(wifi)) == {0, 1} and reported.sum() >= 60
     assert reported[(wifi == 0) | (charging == 0)].sum() == 0  # the policy holds for every report
     assert np.isfinite([float(d["timezone_h"]) for d in devices]).all()
+
+
+def test_a_clause_of_your_own_is_an_availability_entry_that_must_hold_as_well():
+    """`also` adds clauses: here a diurnal window (00:00-03:00 UTC) on top of charging (22:00-06:00)."""
+    night = {"kind": "diurnal", "start_hour": 0, "hours": 3}
+    config = EligibleAvailability(requires=["charging"], charging={"start_hour": 22, "hours": 8}, also=[night])
+    model = Eligible(np.arange(50), config, np.random.default_rng(0), key=2)
+    local = np.arange(50)
+    for hour, expected in ((23.0, False), (1.0, True), (4.0, False)):
+        assert (model.online(local, hour * HOUR) == (model.has["charging"] & expected)).all(), hour
+    charging = np.flatnonzero(model.has["charging"])
+    assert (model.next_online(charging, 20 * HOUR) == 24 * HOUR).all()  # both hold from midnight
+    assert (model.next_offline(charging, 1 * HOUR) == 3 * HOUR).all()  # the window closes first
+    starts = model.next_online(charging, np.full(len(charging), 2.5 * HOUR))  # one time per device
+    assert (starts == 2.5 * HOUR).all()
+
+
+def test_a_clause_of_an_unknown_kind_is_refused_naming_it():
+    with pytest.raises(ValueError, match="nocturnal"):
+        EligibleAvailability(also=[{"kind": "nocturnal"}])
+
+
+def test_a_markov_clause_is_refused_since_the_search_looks_ahead():
+    with pytest.raises(ValueError, match="also.0.kind.*markov"):
+        EligibleAvailability(also=[{"kind": "markov", "mean_on_s": 60, "mean_off_s": 60}])

@@ -34,7 +34,8 @@ class AvailabilityMix:
             members = np.flatnonzero(self.group == g) if len(entries) > 1 else np.arange(num_devices)
             if self._local is not None:
                 self._local[members] = np.arange(len(members))
-            self.models.append(_build(entry, members, rng(seed, "availability", g), seed * 1000003 + g, world))
+            stream, key = rng(seed, "availability", g), seed * 1000003 + g
+            self.models.append(build_availability(entry, members, stream, key, world))
 
     @property
     def local(self) -> np.ndarray:
@@ -147,7 +148,7 @@ class AvailabilityMix:
         return self._dispatch("next_online", devices, t, np.float64)
 
 
-def _build(entry, members, stream, key, world=None) -> AvailabilityModel:
+def build_availability(entry, members, stream, key, world=None) -> AvailabilityModel:
     """The model the entry's kind names (emulator.registry.AVAILABILITY: ours or a plugin's; a plugin's is
     guarded)."""
     return build_part(AVAILABILITY.get(entry.kind), f"availability model {entry.kind!r}", AvailabilityModel,

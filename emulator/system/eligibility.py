@@ -14,10 +14,10 @@ its zone, offsets and which habits it has.
 """
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
-from pydantic import Field, model_validator
+from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from emulator.scenario import AvailabilitySettings, ScenarioFieldError, Strict
 from emulator.system.availability import INF, AvailabilityModel, TimeZones, Trace
@@ -70,6 +70,21 @@ class EligibleAvailability(AvailabilitySettings):
     min_soc: Optional[float] = Field(None, ge=0, le=1)
     timezones: TimeZones = TimeZones()
     trace: Optional[HabitTrace] = None  # the habits from a behaviour trace instead of daily windows
+    # more clauses of your own: availability entries (ours or a plugin's kinds) that must hold as well
+    also: list[Any] = Field(default_factory=list)
+
+    @field_validator("also", mode="before")
+    @classmethod
+    def _entries(cls, value):
+        from emulator.scenario.population import Availability  # the same entries as population.availability
+
+        entries = TypeAdapter(list[Availability]).validate_python(value)
+        for k, entry in enumerate(entries):
+            if entry.kind == "markov":
+                raise ScenarioFieldError(f"also.{k}.kind", "a markov chain remembers only its last period, and an "
+                                         "eligibility search looks hours ahead; a clause must answer about any "
+                                         "time: use a diurnal window, a trace or a stateless model of your own")
+        return entries
 
     @model_validator(mode="after")
     def _distinct(self):
@@ -96,7 +111,11 @@ class Eligible(AvailabilityModel):
 
     def __init__(self, members, config: EligibleAvailability, rng: np.random.Generator, key: int, world=None):
         super().__init__(members)
-        self.requires = tuple(config.requires)
+        from emulator.system.availability_mix import build_availability  # the mix builds eligible entries too
+
+        self.also = [build_availability(entry, members, rng, key * 4 + 4 + k, world)
+                     for k, entry in enumerate(config.also)]
+        self.requires = tuple(config.requires) + tuple(f"also:{k}" for k in range(len(self.also)))
         self.habits: dict[str, AvailabilityModel] = {}
         self.has: dict[str, np.ndarray] = {}
         if config.trace is not None:
@@ -120,6 +139,9 @@ class Eligible(AvailabilityModel):
     # ---------------------------------------------------------------------------------- the clauses
     def _holds(self, clause: str, local, t, everyone: bool = False) -> np.ndarray:
         """Whether each device meets the clause at t (its habit's window: open, or for idle, closed)."""
+        if clause.startswith("also:"):
+            model = self.also[int(clause[5:])]
+            return model.online_all(t) if everyone else _ask(model.online, local, t, bool)
         if clause == "idle":
             habit, has = self.habits["in_use"], self.has["in_use"][local]
             return ~(has & (habit.online_all(t) if everyone else habit.online(local, t)))
@@ -128,6 +150,8 @@ class Eligible(AvailabilityModel):
 
     def _lapses(self, clause: str, local, t) -> np.ndarray:
         """When the clause stops holding for devices that meet it at t (inf: never)."""
+        if clause.startswith("also:"):
+            return _ask(self.also[int(clause[5:])].next_offline, local, t, np.float64)
         if clause == "idle":  # the phone is picked up when its in-use window next opens
             habit, has = self.habits["in_use"], self.has["in_use"][local]
             return np.where(has, habit.next_online(local, t), INF)
@@ -135,6 +159,8 @@ class Eligible(AvailabilityModel):
 
     def _next_holds(self, clause: str, local, t) -> np.ndarray:
         """The earliest time >= t at which the clause holds (inf: never)."""
+        if clause.startswith("also:"):
+            return _ask(self.also[int(clause[5:])].next_online, local, t, np.float64)
         if clause == "idle":
             habit, has = self.habits["in_use"], self.has["in_use"][local]
             return np.where(has, habit.next_offline(local, t), t)
@@ -198,3 +224,15 @@ class Eligible(AvailabilityModel):
             change = np.minimum(change, np.where(has, flips, INF))
             states.append(has & on)
         return states[0], states[1], change
+
+
+def _ask(question, local, t, dtype) -> np.ndarray:
+    """A clause's model asked about one time, or about one time per device: then once per distinct time,
+    since a model (a plugin's, a Markov chain's) may take only one."""
+    if np.ndim(t) == 0:
+        return question(local, t)
+    out = np.empty(len(local), dtype=dtype)
+    for when in np.unique(t):
+        mask = t == when
+        out[mask] = question(local[mask], float(when))
+    return out
