@@ -139,3 +139,20 @@ def test_a_world_without_energy_writes_no_energy_column(tmp_path):
     assert not [c for c in header if c.startswith("energy")]
     assert "energy_j" not in next(csv.reader(open(run / "participation.csv")))
     assert json.loads((run / "summary.json").read_text())["status"] == "completed"
+
+
+def test_validate_counts_the_energy_and_the_batteries_a_world_holds():
+    """footprint.py's bytes a device are what the energy profiles and the batteries really allocate."""
+    from emulator.system.footprint import estimate
+
+    raw = small_scenario(**{"population.energy": {}, "population.devices": 500, "system.model": "simulated"})
+    raw["population"]["availability"] = [{"kind": "eligible"}]
+    scenario = validate_scenario(raw)
+    system = SimulatedSystem(scenario)
+    profiles, batteries = system.fleet_energy.profiles, system.batteries
+    held = sum(a.nbytes for a in vars(profiles).values()) + sum(
+        a.nbytes for a in vars(batteries).values() if isinstance(a, np.ndarray) and a.shape == (500,)
+        and a is not batteries.charge_w and a is not system.availability.group)  # the profile's, the mix's
+    assert estimate(scenario).parts["energy and batteries"] == held
+    raw["population"]["availability"] = [{"kind": "always"}]
+    assert estimate(validate_scenario(raw)).parts["energy"] == sum(a.nbytes for a in vars(profiles).values())

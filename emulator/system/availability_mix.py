@@ -42,6 +42,10 @@ class AvailabilityMix:
         """Each device's index within its group's model."""
         return np.arange(self.num_devices) if self._local is None else self._local
 
+    def local_of(self, devices: np.ndarray) -> np.ndarray:
+        """These devices' indices within their groups' models (one entry: the ids themselves, nothing made)."""
+        return devices if self._local is None else self._local[devices]
+
     def state(self) -> list[dict]:
         return [model.state() for model in self.models]
 

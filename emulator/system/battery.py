@@ -34,7 +34,7 @@ class Batteries:
         policy has none: it still stops at an empty battery); `initial`: its state of charge at time 0."""
         self.capacity_j = profiles.battery_wh * 3600.0
         self.charge_w, self.idle_w, self.in_use_w = profiles.charge_w, config.idle_w, config.in_use_w
-        self._group, self._local = availability.group, availability.local
+        self._group, self._local_of = availability.group, availability.local_of
         self._sources = [(g, m) for g, m in enumerate(availability.models) if isinstance(m, Eligible)]
         self.tracked = np.zeros(len(self.capacity_j), dtype=bool)
         self.charges = np.zeros(len(self.capacity_j), dtype=bool)  # ever plugged in: a level that can climb
@@ -63,7 +63,7 @@ class Batteries:
         for g, model in self._sources:
             mask = self._group[ids] == g
             if mask.any():
-                charging, in_use, change = model.plugged_and_used(self._local[ids[mask]], t[mask])
+                charging, in_use, change = model.plugged_and_used(self._local_of(ids[mask]), t[mask])
                 power[mask] = (np.where(charging, self.charge_w[ids[mask]], 0.0) - self.idle_w
                                - np.where(in_use, self.in_use_w, 0.0))
                 until[mask] = change

@@ -23,6 +23,12 @@ SAMPLES = {"fashion_mnist": (60000, 10000), "mnist": (60000, 10000), "cifar10": 
 # Copies of the parameter vector a runner holds while it trains one device: the model, its gradients,
 # the global vector it started from and the update it returns, and the optimizer's state (Adam: 2).
 TRAINING_COPIES = {"sgd": 4, "adam": 6}
+# population.energy: each device's profile (system/energy.py: battery, training power, charger power, initial
+# level as float64, the radio as a flag) and, where an eligible entry says when phones charge, its battery's
+# state (system/battery.py: capacity, floor, level, time, power, until, the floor's cached answer's time as
+# float64; tracked, charges, the cached answer as flags).
+ENERGY_BYTES_PER_DEVICE = 4 * 8 + 1
+BATTERY_BYTES_PER_DEVICE = 7 * 8 + 3
 
 
 @dataclass
@@ -66,6 +72,10 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
     parts, unknown, on_disk = {}, [], 0
     devices = scenario.population.devices
     parts["population"] = devices * BYTES_PER_DEVICE
+    if scenario.population.energy is not None:
+        batteries = any(entry.kind == "eligible" for entry in scenario.population.availability)
+        parts["energy and batteries" if batteries else "energy"] = devices * (
+            ENERGY_BYTES_PER_DEVICE + (BATTERY_BYTES_PER_DEVICE if batteries else 0))
     counts = samples_of(scenario.data, devices)
     entry = DATASETS.get(scenario.data.dataset)
     shape = entry.fact("input_shape")
