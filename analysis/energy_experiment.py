@@ -1,7 +1,7 @@
 """What does eligibility by charging, idle and Wi-Fi do, against availability windows with the same online
 share? (docs/worlds.md, "Eligibility and energy: the experiment")
 
-    python analysis/energy_experiment.py run --out runs/energy        # 21 runs of 130 rounds, ~45 min
+    python analysis/energy_experiment.py run --out runs/energy        # 27 runs of 130 rounds
     python analysis/energy_experiment.py table runs/energy            # the table of docs/worlds.md
 
 `run` launches one `emulator sweep` per (world, algorithm), 3 seeds each, on scenarios/worlds/eligible_at_night.yaml
@@ -10,7 +10,8 @@ is online while it is charging, idle and on Wi-Fi ("eligible"), and the same fle
 4-hour window of its local time instead ("windows": the same long-run online share, 16.7%, with the same
 zones and ties), each for FedAvg, FAST (q = 0.2) and SAFARI (with 600 iid samples, 1% of the data, as the
 server's own set); and FedAvg with battery-first selection
-(greed 2) under eligibility. `table` writes `emulator report`'s comparison (time, bytes and the fleet's
+(greed 2) under eligibility; and FedAvg, uniform and battery-first, where phones train on battery
+("on-battery": idle on Wi-Fi, charging or not, with at least half a battery). `table` writes `emulator report`'s comparison (time, bytes and the fleet's
 energy to 60% test accuracy, the energy wasted, who pays, label TV) to OUT/report and prints its table.
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ ALGORITHMS = {
     "safari": ["algorithm.name=safari", "algorithm.q=0.8", "algorithm.server_lr=0.1",
                "data.server_set={size: 600, source: iid}"],  # SAFARI trains on the server's own 1%
 }
+BATTERY_FIRST = "algorithm.selection={kind: battery, greed: 2}"
+ON_BATTERY = ["population.availability.0.requires=[unmetered, idle]", "population.availability.0.min_soc=0.5"]
 TARGET = 0.6
 ROUNDS = 130  # about a simulated day at ~11 minutes a round: every zone's night comes round
 
@@ -41,7 +44,9 @@ def jobs() -> list[tuple[str, Path, list[str], list[str]]]:
     for world, sets in (("eligible", []), ("windows", [WINDOWS])):
         for algorithm, algorithm_sets in ALGORITHMS.items():
             out.append((f"{world}/{algorithm}", WORLD, sets + algorithm_sets, []))
-    out.append(("eligible/fedavg-battery-first", WORLD, ["algorithm.selection={kind: battery, greed: 2}"], []))
+    out.append(("eligible/fedavg-battery-first", WORLD, [BATTERY_FIRST], []))
+    for name, sets in (("fedavg", []), ("fedavg-battery-first", [BATTERY_FIRST])):
+        out.append((f"on-battery/{name}", WORLD, ON_BATTERY + sets, []))
     return out
 
 
