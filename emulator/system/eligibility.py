@@ -21,6 +21,7 @@ from pydantic import Field, TypeAdapter, field_validator, model_validator
 
 from emulator.scenario import AvailabilitySettings, ScenarioFieldError, Strict
 from emulator.system.availability import INF, AvailabilityModel, TimeZones, Trace
+from emulator.system.availability_parts import build_availability
 from emulator.system.diurnal import Diurnal, draw_zones
 from emulator.system.habit_traces import read_habits
 from emulator.system.traces import assign_rows
@@ -111,8 +112,6 @@ class Eligible(AvailabilityModel):
 
     def __init__(self, members, config: EligibleAvailability, rng: np.random.Generator, key: int, world=None):
         super().__init__(members)
-        from emulator.system.availability_mix import build_availability  # the mix builds eligible entries too
-
         self.also = [build_availability(entry, members, rng, key * 4 + 4 + k, world)
                      for k, entry in enumerate(config.also)]
         self.requires = tuple(config.requires) + tuple(f"also:{k}" for k in range(len(self.also)))
