@@ -5,12 +5,13 @@ object store, the server's own work; and a sweep of quickstart runs as a whole.
     60 features, one runner per core, the server in the driver), for --rounds rounds without evaluation or
     checkpoints. In the driver this script counts what the runners send back (the pickled size of every
     training result fetched: Ray serialises the same buffers), what the server puts for them, the server's
-    own replies to the driver apart, and the seconds the server waits for results. Training is the plain loop's: one process a runner, side by side, one torch
-    thread each, each training its share of the round's devices drawn from the same federation as the
-    emulator trains them (10 SGD steps of batch 32): what a round's training takes on this machine's cores
-    (two processes at once run slower than one alone: shared caches, SMT siblings). The rest of a round
-    is "outside training": the object store, the server's Python, the system model, the runners' own
-    overheads.
+    own replies to the driver apart, and the seconds the server waits for results. In the runners'
+    processes round_probe/ times their tasks and the local training inside them: a round's training is
+    its slowest runner's seconds training; the rest of the round is "outside training" (the runners' data,
+    model loads and folding, the system model, the server's Python, Ray's round trips, a runner waiting
+    on the other). Beside them, a plain PyTorch loop: one process a runner, side by side, one torch thread
+    each, each training its share of the round's devices drawn from the same federation as the emulator
+    trains them (10 SGD steps of batch 32) with torch.optim.
 (b) `emulator sweep scenarios/quickstart.yaml --seeds 4` as a whole process (Ray start, 4 runs of 60 rounds
     side by side, the report), wall clock.
 
@@ -36,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 POPULATION = ROOT / "scenarios" / "cluster" / "population_100k.yaml"
 QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
+PROBE = Path(__file__).resolve().parent / "round_probe"  # times the runners' training in their own processes
 # what a runner's training sends back, in the trees measured: updates, a task's receipt, a round's held sum
 RUNNER_RESULTS = {"ClientUpdate", "FoldReceipt", "HeldSum", "PartialSum"}
 
@@ -70,21 +72,34 @@ def population_child(rounds: int, out: str) -> None:
 
     inline.get, inline.put, inline.wait = counting_get, counting_put, timed_wait
     marks = []
+    probe = Path(os.environ["ROUND_PROBE_DIR"])
 
     def on_round(row: dict) -> None:
-        marks.append((time.perf_counter(), dict(tally), int(row.get("participants") or 0)))
+        runners = {}
+        for path in probe.glob("*.json"):  # each runner process's running totals (round_probe/sitecustomize.py)
+            runners[path.stem] = json.loads(path.read_text())
+        marks.append((time.perf_counter(), dict(tally), int(row.get("participants") or 0), runners))
 
     scenario = load_scenario(POPULATION, [f"rounds={rounds}", "evaluation.every=100000",
                                           "output.checkpoint_every=100000", f"runtime.runners={os.cpu_count()}"])
     result = run_scenario(scenario, out, on_round=on_round)
-    (t0, first, _), (t1, last, _) = marks[0], marks[-1]  # round 1 warms up: rounds 2.. are measured
+    (t0, first, _, _), (t1, last, _, _) = marks[0], marks[-1]  # round 1 warms up: rounds 2.. are measured
     n = len(marks) - 1
+    parts = ("train_s", "task_s", "data_s", "load_s", "delta_s", "fold_s")
+    rounds = []  # each measured round: the slowest runner's training, and its tasks' seconds part by part
+    for (_, _, _, before), (_, _, _, after) in zip(marks, marks[1:]):
+        spent = [{k: after[pid].get(k, 0.0) - before.get(pid, {}).get(k, 0.0) for k in parts} for pid in after]
+        slowest = max(spent, key=lambda s: s["train_s"], default=dict.fromkeys(parts, 0.0))
+        rounds.append(slowest)
+    runner = {k: statistics.mean(r[k] for r in rounds) for k in parts}
     print(json.dumps({"status": result.summary["status"], "round_s": (t1 - t0) / n,
                       "fetched_per_round": (last["fetched"] - first["fetched"]) / n,
                       "other_per_round": (last["other"] - first["other"]) / n,
                       "put_per_round": (last["put"] - first["put"]) / n,
                       "wait_s": (last["wait_s"] - first["wait_s"]) / n,
-                      "participants": statistics.mean(p for _, _, p in marks[1:]), "runners": os.cpu_count()}))
+                      "participants": statistics.mean(p for _, _, p, _ in marks[1:]), "runners": os.cpu_count(),
+                      "training_s": runner["train_s"], "tasks_s": runner["task_s"], "data_s": runner["data_s"],
+                      "load_s": runner["load_s"], "delta_s": runner["delta_s"], "fold_s": runner["fold_s"]}))
 
 
 def plain_child(devices: int, repeat: int) -> None:
@@ -132,18 +147,23 @@ def plain_child(devices: int, repeat: int) -> None:
 
 
 # ------------------------------------------------------------------------------------------ parent
-def _env(source: str | None) -> dict:
+def _env(source: str | None, probe: str | None = None) -> dict:
+    """The child's environment: the emulator from `source` (None: this tree's, as installed), and given a
+    `probe` folder, the runner timing of round_probe/ in every process it starts."""
     env = dict(os.environ, PYTHONWARNINGS="ignore")
-    if source is not None:
-        env["PYTHONPATH"] = os.pathsep.join([str(Path(source).resolve())] + env.get("PYTHONPATH", "").split(os.pathsep))
+    paths = ([str(PROBE)] if probe else []) + ([str(Path(source).resolve())] if source else [])
+    if paths:
+        env["PYTHONPATH"] = os.pathsep.join(paths + env.get("PYTHONPATH", "").split(os.pathsep))
+    if probe:
+        env["ROUND_PROBE_DIR"] = probe
     return env
 
 
 def _json_child(args: list[str], source: str | None) -> dict:
     # in a directory of its own: Ray's workers put the driver's working directory on their path, which would
     # import this checkout's emulator in the runners instead of the one under test
-    with tempfile.TemporaryDirectory() as cwd:
-        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], env=_env(source),
+    with tempfile.TemporaryDirectory() as cwd, tempfile.TemporaryDirectory() as probe:
+        done = subprocess.run([sys.executable, str(Path(__file__).resolve()), *args], env=_env(source, probe),
                               capture_output=True, text=True, cwd=cwd)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode or not lines:
@@ -210,16 +230,26 @@ def main() -> None:
         plain = _plain_side_by_side(reports, runners)
         model, training = plain[0]["model_bytes"], max(p["train_s"] for p in plain)
         print(f"\n(a) population_100k, {reports} reports a round, {runners} runners, model {model / 1e6:.3f} MB; "
-              f"training: {runners} plain loops side by side, {reports // runners} devices each, {training:.2f} s")
-        print("| contender | round s | training s | outside training s | server waits s | from runners MB "
-              "| in models | put MB | server's replies MB |")
-        print("|---|---|---|---|---|---|---|---|---|")
+              f"{runners} plain loops side by side, {reports // runners} devices each: {training:.2f} s")
+        print("| contender | round s | training s | outside training s | in runner tasks s | of which data, load, "
+              "update, fold s | rest s | server waits s | from runners MB | in models | put MB | server's replies MB |")
+        print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+        keys = ("round_s", "fetched_per_round", "put_per_round", "wait_s", "other_per_round", "training_s", "tasks_s",
+                "data_s", "load_s", "delta_s", "fold_s")
         for name, rs in runs.items():
-            r = {k: statistics.median(x[k] for x in rs) for k in ("round_s", "fetched_per_round", "put_per_round",
-                                                                   "wait_s", "other_per_round")}
-            print(f"| {name} | {r['round_s']:.2f} | {training:.2f} | {r['round_s'] - training:.2f} | {r['wait_s']:.2f} "
+            r = {k: statistics.median(x[k] for x in rs) for k in keys}
+            print(f"| {name} | {r['round_s']:.2f} | {r['training_s']:.2f} | {r['round_s'] - r['training_s']:.2f} "
+                  f"| {r['tasks_s'] - r['training_s']:.2f} "
+                  f"| {r['data_s']:.2f}, {r['load_s']:.2f}, {r['delta_s']:.2f}, {r['fold_s']:.2f} "
+                  f"| {r['round_s'] - r['tasks_s']:.2f} | {r['wait_s']:.2f} "
                   f"| {r['fetched_per_round'] / 1e6:.2f} | {r['fetched_per_round'] / model:.1f} "
                   f"| {r['put_per_round'] / 1e6:.2f} | {r['other_per_round'] / 1e6:.2f} |")
+        print("training: the slowest runner's seconds in local training a round (train_locally, or a vectorised "
+              "cohort), timed in its process; outside training: the rest of the round; of that, in runner tasks: "
+              "that runner's tasks beyond their training, and in them: reading each device's data, loading the global "
+              "model, reading the update back (model minus global), folding updates into the runner's sum; rest: "
+              "the round beyond that runner's tasks (the system model, the server, Ray's round trips, waiting on "
+              "the other runners).")
     if "b" in args.only:
         seconds: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(args.repeat):

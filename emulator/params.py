@@ -27,15 +27,54 @@ def flatten(model: nn.Module) -> np.ndarray:
         return torch.cat([t.detach().reshape(-1).to("cpu", torch.float32) for t in communicated(model)]).numpy()
 
 
+def _host_views(tensors: list[torch.Tensor]) -> list[np.ndarray] | None:
+    """Flat numpy views of the tensors' own memory where all of them are contiguous float32 on the CPU (a
+    CPU runner's model): then loading and reading them are plain array copies, without torch's per-call
+    overheads or a concatenated copy; None otherwise."""
+    if not all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors):
+        return None
+    return [t.detach().view(-1).numpy() for t in tensors]
+
+
+def delta(model: nn.Module, start: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+    """flatten(model) - start as a float32 vector (the same bits), in one pass over the model's tensors;
+    written into `out` when given (a float32 vector of the model's size)."""
+    tensors = communicated(model)
+    views = _host_views(tensors)
+    if views is None:
+        update = flatten(model)
+        update -= start
+        if out is not None:
+            out[:] = update
+            return out
+        return update
+    update = np.empty(sum(len(v) for v in views), dtype=np.float32) if out is None else out
+    offset = 0
+    for view in views:
+        np.subtract(view, start[offset:offset + len(view)], out=update[offset:offset + len(view)])
+        offset += len(view)
+    return update
+
+
 def load(model: nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector into the model's communicated tensors, in place."""
     vector = np.asarray(vector, dtype=np.float32)
+    tensors = communicated(model)
+    views = _host_views(tensors)
+    if views is not None:
+        if sum(len(v) for v in views) != len(vector):
+            raise ValueError(f"parameter vector has {len(vector)} values, the model needs {sum(len(v) for v in views)}")
+        offset = 0
+        for view in views:
+            view[:] = vector[offset:offset + len(view)]
+            offset += len(view)
+        return
     with warnings.catch_warnings():  # a read-only vector (as Ray's object store hands it out) is only read here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         flat = torch.from_numpy(vector)
     offset = 0
     with torch.no_grad():
-        for tensor in communicated(model):
+        for tensor in tensors:
             n = tensor.numel()
             tensor.data.copy_(flat[offset:offset + n].view_as(tensor), non_blocking=True)
             offset += n

@@ -29,8 +29,8 @@ def rng(seed: int, use: str, *keys: int | str) -> np.random.Generator:
 
 def torch_seed(seed: int, use: str, *keys: int | str) -> int:
     """A 63-bit integer seed for torch.Generator / torch.manual_seed for one use."""
-    return int(seed_sequence(seed, use, *keys).generate_state(2, np.uint32).astype(np.uint64) @ np.array(
-        [1 << 32, 1], dtype=np.uint64)) & ((1 << 63) - 1)
+    high, low = seed_sequence(seed, use, *keys).generate_state(2, np.uint32).tolist()
+    return ((high << 32) | low) & ((1 << 63) - 1)
 
 
 def assign_by_share(shares: list[float], count: int, rng: np.random.Generator) -> np.ndarray:

@@ -92,3 +92,18 @@ def test_merging_refuses_a_mean_whose_total_was_set_from_outside():
     released.total = np.ones(2)
     with pytest.raises(ValueError, match="set from outside"):
         WeightedMean(2).merge(released)
+
+
+def test_each_term_s_bound_is_its_largest_product_rounded_up_whatever_the_input_s_width():
+    """add reads a term's largest magnitude off its input (float32) instead of off the float64 products: the
+    same number, since rounding a product is monotonic; a negative scale takes the products' own extremes."""
+    rng = np.random.default_rng(3)
+    for scale in (1.0, 37.0, 4999.0, 0.3, -2.5):
+        vector = (rng.normal(0, 10.0 ** rng.uniform(-6, 3), 257)).astype(np.float32)
+        products = np.multiply(vector, scale * 2.0 ** 16, dtype=np.float64)
+        expected = int(np.ceil(max(products.max(), -products.min()))) + 1
+        narrow, wide = ExactSum(len(vector)), ExactSum(len(vector))
+        narrow.add(vector, scale)
+        wide.add(vector.astype(np.float64), scale)
+        assert narrow.bound == wide.bound == expected
+        assert np.array_equal(narrow.value(), wide.value())

@@ -54,6 +54,9 @@ def test_the_stored_federation_holds_every_device_s_samples_as_memory_did(tmp_pa
     for device in range(memory.num_devices):
         assert same_tensors(memory.train.tensors(memory.device_samples(device)),
                             stored.train.tensors(stored.device_samples(device))), device
+        rows = stored.device_rows(device)  # what a CPU runner reads: one block of rows
+        assert isinstance(rows, slice) and same_tensors(stored.train.tensors(rows),
+                                                        memory.train.tensors(memory.device_rows(device))), device
     assert same_tensors(memory.train.tensors(memory.server_indices), stored.train.tensors(stored.server_indices))
     assert len(stored.server_indices) == 40
     assert same_tensors(memory.test.tensors(), stored.test.tensors())

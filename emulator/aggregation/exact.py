@@ -44,25 +44,38 @@ class ExactSum:
         self.bound = 0  # sum over the terms of ceil(max |term|) in high units, a Python int (exact, any order)
         self.nonfinite: np.ndarray | None = None  # the non-finite terms' entries summed as floats (NaN, +-inf)
         self.terms = 0  # vectors added since the limbs last lost their offsets (see _canonical)
+        self._work: tuple[np.ndarray, np.ndarray] | None = None  # add's float64 work vectors (not pickled)
 
     def __len__(self) -> int:
         return len(self.high)
 
     def add(self, vector: np.ndarray, scale: float = 1.0) -> None:
         """Add scale * vector (float32 or float64; the product is rounded once, in float64)."""
-        y = np.multiply(vector, scale * 2.0 ** HIGH_BITS, dtype=np.float64)
-        top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
+        y, rounded = self._scratch()
+        factor = scale * 2.0 ** HIGH_BITS
+        np.multiply(vector, factor, out=y, dtype=np.float64)
+        if factor >= 0 and len(y):  # rounding is monotonic: the products' extremes are the extremes' products,
+            top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)  # read off the narrower input
+        else:
+            top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
         if not top < _TERM_LIMIT:  # NaN, inf or too large: those entries add as floats
-            y = self._set_aside(y)
+            y[:] = self._set_aside(y)
             top = float(np.max(np.abs(y))) if len(y) else 0.0
         self.bound += int(np.ceil(top)) + 1
-        rounded = y + _MAGIC  # its bits hold the nearest integer, plus _MAGIC_BITS (taken off when read)
+        np.add(y, _MAGIC, out=rounded)  # its bits hold the nearest integer, plus _MAGIC_BITS (taken off when read)
         self.high += rounded.view(np.int64)  # int64 wraps around: the offsets come off exactly, modulo 2^64
         rounded -= _MAGIC  # that integer as a float (exact)
         y -= rounded  # the remainder, exactly: |y| <= 1/2
         y += _LOW_MAGIC  # rounded to a multiple of 2^-32, which its bits now count, plus _LOW_MAGIC_BITS
         self.low += y.view(np.int64)
         self.terms += 1
+
+    def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
+        """Two float64 work vectors kept between adds: a sum that takes a thousand terms a round allocates
+        (and faults in) no fresh vector-sized memory for each, and works in memory still in the cache."""
+        if self._work is None:
+            self._work = (np.empty(len(self), dtype=np.float64), np.empty(len(self), dtype=np.float64))
+        return self._work
 
     def _set_aside(self, y: np.ndarray) -> np.ndarray:
         """Moves the entries the limbs cannot hold into `nonfinite` (as infinities of their sign when finite
@@ -119,4 +132,4 @@ class ExactSum:
     def __setstate__(self, state: dict) -> None:
         self.high = state["high"].astype(np.int64)
         self.low = state["low"].astype(np.int64)
-        self.bound, self.nonfinite, self.terms = state["bound"], state["nonfinite"], 0
+        self.bound, self.nonfinite, self.terms, self._work = state["bound"], state["nonfinite"], 0, None

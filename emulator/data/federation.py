@@ -22,7 +22,11 @@ def canonical_strides(array: np.ndarray) -> np.ndarray:
     with the default strides, which is what pickling (Ray's object store) gives: so a run in process
     (runtime.backend: inline) trains bit for bit as the Ray runners do only on canonical strides."""
     array = np.ascontiguousarray(array)
-    strides = tuple(int(np.prod(array.shape[i + 1:], dtype=np.int64)) * array.itemsize for i in range(array.ndim))
+    strides, step = [], array.itemsize
+    for length in reversed(array.shape):  # plain integers: a device's samples are read a thousand times a round
+        strides.append(step)
+        step *= length
+    strides = tuple(reversed(strides))
     if array.strides == strides:
         return array
     return np.lib.stride_tricks.as_strided(array, array.shape, strides, writeable=array.flags.writeable)
@@ -123,6 +127,13 @@ class Federation:
         if self.device_indices is None:
             return np.arange(start, stop, dtype=np.int64)
         return self.device_indices[start:stop]
+
+    def device_rows(self, device: int) -> np.ndarray | slice:
+        """device_samples, as a slice where the device's rows are contiguous (a stored federation): reading
+        them is then one copy of a block instead of a gather row by row."""
+        if self.device_indices is None:
+            return slice(int(self.device_offsets[device]), int(self.device_offsets[device + 1]))
+        return self.device_samples(device)
 
     def per_device(self) -> list[np.ndarray]:
         return [self.device_samples(d) for d in range(self.num_devices)]

@@ -20,7 +20,7 @@ from emulator.models.zoo import build_model
 from emulator.parts.loading import load_parts
 from emulator.runtime import gpu_share
 from emulator.runtime.gpu_share import GpuNeed, GpuTrial
-from emulator.runtime.grouping import largest_group
+from emulator.runtime.grouping import GROUP_BYTES, largest_group
 from emulator.runtime.run_context import DeviceJob, RunContext, RunHandle, model_guard, unbox  # noqa: F401
 from emulator.runtime.runner_evaluation import RunnerEvaluation
 from emulator.training import cohort
@@ -45,6 +45,7 @@ class DeviceRunner(RunnerEvaluation):
         self._test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the test set it evaluates on
         self._local_test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the devices' own test splits
         self._sums = HeldSums()  # the round's folded updates, held between its tasks
+        self._rows: np.ndarray | None = None  # a folded task's updates (see _fold_rows)
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
@@ -139,8 +140,10 @@ class DeviceRunner(RunnerEvaluation):
         held = set(self._runs) | set(self._on_device) | set(self._test) | set(self._local_test)
         return sorted(held | self._sums.runs())
 
-    def train(self, run: RunContext | RunHandle, global_params: np.ndarray, job: DeviceJob) -> ClientUpdate:
-        """One device's local training from the global vector; its update."""
+    def train(self, run: RunContext | RunHandle, global_params: np.ndarray, job: DeviceJob,
+              out: np.ndarray | None = None) -> ClientUpdate:
+        """One device's local training from the global vector; its update (written into `out` when given:
+        a float32 vector of the model's size that the caller reuses)."""
         context, model = self._run(run)
         x, y = self._samples(context, job)
         if job.attack is not None:  # its own generator: the training's batches are those of an honest device
@@ -155,8 +158,7 @@ class DeviceRunner(RunnerEvaluation):
         seed_dropout(job.seed, self.device)  # dropout masks
         with model_guard(context, "local training"):
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
-        delta = param_vector.flatten(model)
-        delta -= global_params
+        delta = param_vector.delta(model, global_params, out)
         return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity)
 
     @staticmethod
@@ -173,17 +175,37 @@ class DeviceRunner(RunnerEvaluation):
         With `vectorise`, devices sharing an optimizer kind train at once (emulator/training/cohort.py), when the
         model allows it (cohort.supports); otherwise, and for the rest, one at a time. Either way each
         device's result is its own: the group only decides how the work is batched."""
-        updates = self._train_group(run, global_params, jobs, vectorise)
-        return updates if fold is None else self._sums.fold(run.key, fold, updates, len(global_params))
+        if fold is None:
+            return self._train_group(run, global_params, jobs, vectorise)
+        rows = self._fold_rows(len(jobs), len(global_params)) if self._one_by_one(jobs, vectorise) else None
+        return self._sums.fold(run.key, fold, self._train_group(run, global_params, jobs, vectorise, rows),
+                               len(global_params))
+
+    def _fold_rows(self, count: int, size: int) -> np.ndarray | None:
+        """Rows for a folded task's updates, reused task after task: they are added to the held sum before the
+        task returns, so no update needs memory of its own (a thousand fresh vectors a round otherwise).
+        None past GROUP_BYTES: a runner keeps no more than an automatic group's updates between tasks."""
+        if count * size * 4 > GROUP_BYTES:
+            return None
+        if self._rows is None or self._rows.shape[0] < count or self._rows.shape[1] != size:
+            self._rows = np.empty((count, size), dtype=np.float32)
+        return self._rows
 
     def take_sum(self, run_key: str, ticket: str) -> HeldSum | None:
         """The round's folded updates this runner holds (see train_group), then forgotten."""
         return self._sums.take(run_key, ticket)
 
+    @staticmethod
+    def _one_by_one(jobs: list[DeviceJob], vectorise: bool) -> bool:
+        return not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None
+                                                     for j in jobs)
+
     def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
-                     vectorise: bool) -> list[ClientUpdate]:
-        if not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs):
-            return [self.train(run, global_params, job) for job in jobs]
+                     vectorise: bool, rows: np.ndarray | None = None) -> list[ClientUpdate]:
+        """`rows`: where devices trained one by one write their updates (see _fold_rows)."""
+        if self._one_by_one(jobs, vectorise):
+            return [self.train(run, global_params, job, None if rows is None else rows[i])
+                    for i, job in enumerate(jobs)]
         context, model = self._run(run)
         if cohort.supports(model) is not None:
             return [self.train(run, global_params, job) for job in jobs]
@@ -213,6 +235,8 @@ class DeviceRunner(RunnerEvaluation):
         """The device's inputs and labels, on the runner's device (a GPU runner gathers them from the run's
         training set, held on the GPU once per runner: no copy per task)."""
         federation = context.federation
+        if self.device.type == "cpu" and not job.spec.with_server_data:
+            return federation.train.tensors(federation.device_rows(job.device))
         samples = federation.device_samples(job.device)
         if job.spec.with_server_data:
             samples = np.concatenate([samples, federation.server_indices])

@@ -68,9 +68,10 @@ class SynchronousEngine:
         """What each reporting device trains: its spec, seed, inputs, own state and attack."""
         world, algorithm, seed = self.world, self.world.algorithm, self.world.scenario.seed
         how, hostile = algorithm.personal, world.adversaries  # own state (FedPer, Ditto), attackers' attacks
+        attack_seed = torch_seed(seed, "attack", r)  # the round's, shared by its attackers
         return [DeviceJob(int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)), int(c),
                           algorithm.job_payload(int(d)), how, None if how is None else algorithm.own_state(int(d)),
-                          None if hostile is None else hostile.attack_of(int(d)), torch_seed(seed, "attack", r))
+                          None if hostile is None else hostile.attack_of(int(d)), attack_seed)
                 for d, c in zip(devices, counts)]
 
     def _folding(self) -> Folding | None:

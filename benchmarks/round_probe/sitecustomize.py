@@ -1,0 +1,128 @@
+"""Imported at start-up by every Python process that has this folder on its path (benchmarks/round_costs.py puts
+it there for a measured run, Ray's runner processes included): when ROUND_PROBE_DIR is set, a runner's
+`train_group` calls (its tasks) and the local training inside them (`train_locally`, `cohort.train_cohort`)
+are timed, and each process writes its running totals to ROUND_PROBE_DIR/<pid>.json after every task.
+The driver reads them between rounds: how long the runners trained, beside how long their tasks took.
+Nothing of the emulator is changed but these three names, wrapped when their modules are first imported."""
+from __future__ import annotations
+
+import functools
+import importlib.abc
+import json
+import os
+import sys
+import time
+
+_DIR = os.environ.get("ROUND_PROBE_DIR")
+_totals = {"task_s": 0.0, "train_s": 0.0, "tasks": 0, "data_s": 0.0, "load_s": 0.0, "delta_s": 0.0, "fold_s": 0.0}
+_depth = [0]  # training calls nested in training calls (a cohort that trains a device alone) count once
+
+
+def _timed_training(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        _depth[0] += 1
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _depth[0] -= 1
+            if not _depth[0]:
+                _totals["train_s"] += time.perf_counter() - start
+    return wrapper
+
+
+def _timed(function, total: str):
+    """A runner's part of a task outside training: its seconds add up under `total`."""
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _totals[total] += time.perf_counter() - start
+    return wrapper
+
+
+def _timed_task(function):
+    @functools.wraps(function)
+    def wrapper(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            _totals["task_s"] += time.perf_counter() - start
+            _totals["tasks"] += 1
+            path = os.path.join(_DIR, f"{os.getpid()}.json")
+            with open(path + ".tmp", "w") as file:
+                json.dump(_totals, file)
+            os.replace(path + ".tmp", path)
+    return wrapper
+
+
+def _runner_class_timed(execute, module):
+    """Ray wraps an actor class's methods when `ray.remote` makes it an actor (tracing hooks bound to the
+    functions as they are then), so DeviceRunner.train_group is wrapped on its way into ray.remote."""
+    import ray
+
+    real = ray.remote
+
+    def remote(*args, **kwargs):
+        if len(args) == 1 and getattr(args[0], "__name__", None) == "DeviceRunner":
+            args[0].train_group = _timed_task(args[0].train_group)
+            args[0]._samples = _timed(args[0]._samples, "data_s")
+        return real(*args, **kwargs)
+
+    ray.remote = remote
+    try:
+        execute(module)
+    finally:
+        ray.remote = real
+
+
+def _after(patch):
+    def run(execute, module):
+        execute(module)
+        patch(module)
+    return run
+
+
+def _params_timed(module):
+    module.load = _timed(module.load, "load_s")
+    if hasattr(module, "delta"):
+        module.delta = _timed(module.delta, "delta_s")
+    else:  # before the delta was read in one pass: flatten, then a subtraction in the runner
+        module.flatten = _timed(module.flatten, "delta_s")
+
+
+_PATCHES = {
+    "emulator.params": _after(_params_timed),
+    "emulator.aggregation.partial": _after(lambda m: setattr(m.HeldSums, "fold", _timed(m.HeldSums.fold, "fold_s"))
+                                           if hasattr(m, "HeldSums") else None),
+    "emulator.training.local": _after(lambda m: setattr(m, "train_locally", _timed_training(m.train_locally))),
+    "emulator.training.cohort": _after(lambda m: setattr(m, "train_cohort", _timed_training(m.train_cohort))),
+    "emulator.runtime.runner": _runner_class_timed,
+}
+
+
+class _Patcher(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path, target=None):
+        if name not in _PATCHES:
+            return None
+        sys.meta_path.remove(self)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            sys.meta_path.insert(0, self)
+        if spec is None or spec.loader is None:
+            return None
+        execute = spec.loader.exec_module
+
+        spec.loader.exec_module = functools.partial(_PATCHES[name], execute)
+        return spec
+
+
+if _DIR:
+    import importlib.util  # noqa: E402
+
+    sys.meta_path.insert(0, _Patcher())
