@@ -107,3 +107,36 @@ def test_each_term_s_bound_is_its_largest_product_rounded_up_whatever_the_input_
         wide.add(vector.astype(np.float64), scale)
         assert narrow.bound == wide.bound == expected
         assert np.array_equal(narrow.value(), wide.value())
+
+
+def test_small_terms_rounded_in_one_step_give_the_bits_of_the_two_limb_split(monkeypatch):
+    """Terms under 8 take the fine limb, which flows into the others as it fills: the sum, its limbs once
+    canonical and its pickled form equal those of every term split into the high and low limbs; so do
+    mixed sums (large, small, non-finite terms) and merges of partials that took either way."""
+    from emulator.aggregation import exact
+
+    rng = np.random.default_rng(4)
+    vectors = [rng.normal(0, 10.0 ** rng.uniform(-8, 0.5), 300).astype(np.float32) for _ in range(80)]
+    vectors[3][:5] = [0.5, -0.5, 2.0 ** -49, 3 * 2.0 ** -49, -(2.0 ** -49)]  # ties at the 2^-48 grid
+    vectors[7][0], vectors[9][1] = 1e6, np.nan  # a term past the fine range, a diverged one
+    weights = [float(w) for w in rng.integers(1, 60, len(vectors))]
+
+    def summed():
+        parts = [WeightedMean(300) for _ in range(3)]
+        for i, (v, w) in enumerate(zip(vectors, weights)):
+            parts[i % 3].add(v, w)
+        total = parts[0]
+        for part in parts[1:]:
+            total.merge(pickle.loads(pickle.dumps(part)) if part is parts[1] else part)
+        return total._sum
+
+    monkeypatch.setattr(exact, "_FINE_BOUND", 2 ** 56)  # flows over every few terms
+    fine = summed()
+    assert 0 < fine.fine_terms < 30  # the fine path was taken, and flushed on the way
+    monkeypatch.setattr(exact, "_FINE_LIMIT", 0.0)  # every term split
+    split = summed()
+    assert split.fine is None
+    assert np.array_equal(fine.value(), split.value(), equal_nan=True)
+    assert fine.bound == split.bound
+    assert np.array_equal(fine.high, split.high) and np.array_equal(fine.low, split.low)
+    assert pickle.dumps(fine) == pickle.dumps(split)

@@ -8,6 +8,10 @@ to a multiple of 2^-48 and accumulated in two int64 limbs (as secure aggregation
 - the high limb counts units of 2^-16 (each term's nearest multiple of 2^-16),
 - the low limb counts units of 2^-48 (what the high limb left, |remainder| <= 2^-17, to its nearest 2^-48).
 
+A term under 8 in magnitude (an update's entries times its weight mostly are) is rounded to 2^-48 in one step
+into a third limb, `fine`, which flows into the other two before it could overflow: the same value, in half
+the arithmetic, since a float64 holds such a term times 2^48 exactly up to the rounding.
+
 A term's rounding (at most 2^-49) is its own, whatever else is summed, so a sum of partial sums equals the
 sum of the terms in any order; float32 updates scaled by integer weights (sample counts) are represented to
 well below their own last bit. The range: a term up to 2^35 (3.4e10) in magnitude, a sum up to 2^46 (an
@@ -28,6 +32,8 @@ _LOW_MAGIC = 1.5 * 2.0 ** (52 - LOW_BITS)
 _LOW_MAGIC_BITS = int(np.float64(_LOW_MAGIC).view(np.int64))
 _TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^35 as a number) beyond this cannot be split exactly
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
+_FINE_LIMIT = 2.0 ** (51 - LOW_BITS)  # |term| in high units below this: x 2^32 it rounds with _MAGIC in one step
+_FINE_BOUND = 2 ** 62  # the fine limb flows into the others before its terms' magnitudes could reach this
 
 
 def _wrapped(value: int) -> np.int64:
@@ -45,19 +51,24 @@ class ExactSum:
         self.nonfinite: np.ndarray | None = None  # the non-finite terms' entries summed as floats (NaN, +-inf)
         self.terms = 0  # vectors added since the limbs last lost their offsets (see _canonical)
         self._work: tuple[np.ndarray, np.ndarray] | None = None  # add's float64 work vectors (not pickled)
+        self.fine: np.ndarray | None = None  # small terms in units of 2^-48, with their offsets (see _flush_fine)
+        self.fine_terms = 0
+        self.fine_bound = 0  # sum over its terms of ceil(max |term|) in units of 2^-48
 
     def __len__(self) -> int:
         return len(self.high)
 
     def add(self, vector: np.ndarray, scale: float = 1.0) -> None:
         """Add scale * vector (float32 or float64; the product is rounded once, in float64)."""
-        y, rounded = self._scratch()
         factor = scale * 2.0 ** HIGH_BITS
-        np.multiply(vector, factor, out=y, dtype=np.float64)
-        if factor >= 0 and len(y):  # rounding is monotonic: the products' extremes are the extremes' products,
+        if factor >= 0 and len(vector):  # rounding is monotonic: the products' extremes are the extremes' products,
             top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)  # read off the narrower input
-        else:
-            top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
+            if top < _FINE_LIMIT:  # NaN fails
+                self._add_fine(vector, factor, top)
+                return
+        y, rounded = self._scratch()
+        np.multiply(vector, factor, out=y, dtype=np.float64)
+        top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
         if not top < _TERM_LIMIT:  # NaN, inf or too large: those entries add as floats
             y[:] = self._set_aside(y)
             top = float(np.max(np.abs(y))) if len(y) else 0.0
@@ -69,6 +80,33 @@ class ExactSum:
         y += _LOW_MAGIC  # rounded to a multiple of 2^-32, which its bits now count, plus _LOW_MAGIC_BITS
         self.low += y.view(np.int64)
         self.terms += 1
+
+    def _add_fine(self, vector: np.ndarray, factor: float, top: float) -> None:
+        """A term below _FINE_LIMIT high units, rounded to its nearest 2^-48 in one step (the high and low limbs
+        would hold the same integer: the high part's unit, 2^32 of these, is even, so rounding half to even
+        agrees) and added to the fine limb."""
+        fine_top = int(np.ceil(top * 2.0 ** LOW_BITS)) + 1
+        if self.fine is None:
+            self.fine = np.zeros(len(self), dtype=np.int64)
+        elif self.fine_bound + fine_top >= _FINE_BOUND:
+            self._flush_fine()
+        y, _ = self._scratch()
+        np.multiply(vector, factor * 2.0 ** LOW_BITS, out=y, dtype=np.float64)  # the high-unit product x 2^32
+        y += _MAGIC
+        self.fine += y.view(np.int64)
+        self.fine_terms += 1
+        self.fine_bound += fine_top
+        self.bound += int(np.ceil(top)) + 1
+
+    def _flush_fine(self) -> None:
+        """The fine limb's value (offsets off, exact: it is below 2^62) into the high and low limbs."""
+        if self.fine is None or not self.fine_terms:
+            return
+        self.fine -= _wrapped(self.fine_terms * _MAGIC_BITS)
+        self.high += self.fine >> LOW_BITS
+        self.low += self.fine & ((1 << LOW_BITS) - 1)
+        self.fine[:] = 0
+        self.fine_terms = self.fine_bound = 0
 
     def _scratch(self) -> tuple[np.ndarray, np.ndarray]:
         """Two float64 work vectors kept between adds: a sum that takes a thousand terms a round allocates
@@ -89,6 +127,7 @@ class ExactSum:
     def merge(self, other: "ExactSum") -> None:
         if len(other) != len(self):
             raise ValueError(f"cannot merge a sum of {len(other)} values into one of {len(self)}")
+        other._flush_fine()
         self.high += other.high
         self.low += other.low
         self.terms += other.terms
@@ -101,6 +140,7 @@ class ExactSum:
         """The low limb in [0, 2^32), its carry in the high limb: one representation for each exact value.
         Each term added its rounding offsets too (the magic constants' bits); they come off here, in int64
         arithmetic modulo 2^64, which is exact since the true limbs are in range."""
+        self._flush_fine()
         if self.terms:
             self.high -= _wrapped(self.terms * _MAGIC_BITS)
             self.low -= _wrapped(self.terms * _LOW_MAGIC_BITS)
@@ -133,3 +173,4 @@ class ExactSum:
         self.high = state["high"].astype(np.int64)
         self.low = state["low"].astype(np.int64)
         self.bound, self.nonfinite, self.terms, self._work = state["bound"], state["nonfinite"], 0, None
+        self.fine, self.fine_terms, self.fine_bound = None, 0, 0
