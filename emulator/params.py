@@ -82,6 +82,72 @@ def load(model: nn.Module, vector: np.ndarray) -> None:
         raise ValueError(f"parameter vector has {flat.numel()} values, the model needs {offset}")
 
 
+class ModelVector:
+    """A model's communicated tensors listed once, for a runner that loads the global vector into the same
+    model and reads an update back from it a thousand times a round: the list and its numpy views cost
+    three times the copies themselves to build, so they are kept. They are listed again whenever they may
+    have changed: any module of this process registered a parameter, buffer or submodule since (assigning
+    a new tensor to a model's attribute does), or a tensor's memory moved (`tensor.data = ...`)."""
+
+    def __init__(self, model: nn.Module):
+        self.model = model
+        _watch_registrations()
+        self._list()
+
+    def _list(self) -> None:
+        self.generation = _registrations[0]
+        self.tensors = communicated(self.model)
+        self.addresses = [t.data_ptr() for t in self.tensors]
+        self.views = _host_views(self.tensors)
+
+    def _current(self) -> list[np.ndarray] | None:
+        if self.generation != _registrations[0] or any(
+                t.data_ptr() != a for t, a in zip(self.tensors, self.addresses)):
+            self._list()
+        return self.views
+
+    def load(self, vector: np.ndarray) -> None:
+        """params.load(model, vector)."""
+        views = self._current()
+        if views is None or len(vector) != sum(len(v) for v in views) or np.asarray(vector).dtype != np.float32:
+            load(self.model, vector)
+            return
+        offset = 0
+        for view in views:
+            view[:] = vector[offset:offset + len(view)]
+            offset += len(view)
+
+    def delta(self, start: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
+        """params.delta(model, start, out)."""
+        views = self._current()
+        if views is None:
+            return delta(self.model, start, out)
+        update = np.empty(len(start), dtype=np.float32) if out is None else out
+        offset = 0
+        for view in views:
+            np.subtract(view, start[offset:offset + len(view)], out=update[offset:offset + len(view)])
+            offset += len(view)
+        return update
+
+
+_registrations = [0]  # parameters, buffers and submodules registered by any module of this process (once watched)
+
+
+def _watch_registrations() -> None:
+    """Count every registration from now on (torch's global registration hooks; once per process)."""
+    if getattr(_watch_registrations, "installed", False):
+        return
+    from torch.nn.modules import module as torch_module
+
+    def count(*_):
+        _registrations[0] += 1
+
+    torch_module.register_module_parameter_registration_hook(count)
+    torch_module.register_module_buffer_registration_hook(count)
+    torch_module.register_module_module_registration_hook(count)
+    _watch_registrations.installed = True
+
+
 def size(model: nn.Module) -> int:
     return sum(t.numel() for t in communicated(model))
 

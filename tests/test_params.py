@@ -44,3 +44,25 @@ def test_a_vector_of_the_wrong_length_is_refused_naming_both_sizes():
     size = param_vector.size(model)
     with pytest.raises(ValueError, match=f"has {size + 1} values, the model needs {size}"):
         param_vector.load(model, np.zeros(size + 1, dtype=np.float32))
+
+
+def test_a_kept_model_vector_follows_tensors_the_model_replaces():
+    """A runner keeps one ModelVector a run: a buffer or parameter assigned anew, a submodule swapped or a
+    tensor's memory moved (`.data =`) between uses must not leave it writing into tensors the model dropped."""
+    torch.manual_seed(1)
+    model = nn.Sequential(nn.Linear(4, 5), nn.BatchNorm1d(5), nn.Linear(5, 2))
+    vector = param_vector.ModelVector(model)
+    changes = [
+        lambda: setattr(model[1], "running_mean", torch.zeros(5)),
+        lambda: setattr(model[0], "bias", nn.Parameter(torch.zeros(5))),
+        lambda: model.__setitem__(2, nn.Linear(5, 2)),
+        lambda: setattr(model[2].weight, "data", torch.zeros(2, 5)),
+    ]
+    rng = np.random.default_rng(0)
+    for change in changes:
+        change()
+        target = rng.normal(0, 1, param_vector.size(model)).astype(np.float32)
+        vector.load(target)
+        assert np.array_equal(param_vector.flatten(model), target)
+        start = target + np.float32(0.5)
+        assert np.array_equal(vector.delta(start), param_vector.flatten(model) - start)

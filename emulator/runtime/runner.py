@@ -46,6 +46,7 @@ class DeviceRunner(RunnerEvaluation):
         self._local_test: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # the devices' own test splits
         self._sums = HeldSums()  # the round's folded updates, held between its tasks
         self._rows: np.ndarray | None = None  # a folded task's updates (see _fold_rows)
+        self._vectors: dict[str, param_vector.ModelVector] = {}  # each run's model, as a flat vector
         if gpu is None:
             gpu = bool(ray.is_initialized() and ray.get_gpu_ids())
         gpu = gpu and torch.cuda.is_available()
@@ -64,7 +65,7 @@ class DeviceRunner(RunnerEvaluation):
                                 context.model_options)
             self._runs[key] = (context, numerics.prepare_model(model.to(self.device), context.precision))
             while len(self._runs) > self.max_cached_runs:
-                self._runs.popitem(last=False)
+                self._vectors.pop(self._runs.popitem(last=False)[0], None)
         self._runs.move_to_end(key)
         return self._runs[key]
 
@@ -129,6 +130,7 @@ class DeviceRunner(RunnerEvaluation):
         """Forget a run that ended (its data, model and GPU copy): a runner kept for later runs holds nothing
         of it, on the card included."""
         self._runs.pop(run_key, None)
+        self._vectors.pop(run_key, None)
         self._test.pop(run_key, None)
         self._local_test.pop(run_key, None)
         self._sums.forget(run_key)
@@ -153,13 +155,20 @@ class DeviceRunner(RunnerEvaluation):
                 delta, stats, own = train_personal_round(model, x, y, job.spec, job.seed, global_params, job.own,
                                                          job.personalization, context.precision, self.device)
             return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity, own)
-        param_vector.load(model, global_params)
+        vector = self._vector(context.key, model)
+        vector.load(global_params)
         correction = None if job.correction is None else param_vector.per_parameter(model, job.correction, self.device)
         seed_dropout(job.seed, self.device)  # dropout masks
         with model_guard(context, "local training"):
             stats = train_locally(model, x, y, job.spec, seeded_generator(job.seed), correction, context.precision)
-        delta = param_vector.delta(model, global_params, out)
+        delta = vector.delta(global_params, out)
         return ClientUpdate(job.device, len(y), self._crafted(delta, job), stats, job.multiplicity)
+
+    def _vector(self, key: str, model: torch.nn.Module) -> param_vector.ModelVector:
+        vector = self._vectors.get(key)
+        if vector is None or vector.model is not model:
+            vector = self._vectors[key] = param_vector.ModelVector(model)
+        return vector
 
     @staticmethod
     def _crafted(delta: np.ndarray, job: DeviceJob) -> np.ndarray:
@@ -177,7 +186,7 @@ class DeviceRunner(RunnerEvaluation):
         device's result is its own: the group only decides how the work is batched."""
         if fold is None:
             return self._train_group(run, global_params, jobs, vectorise)
-        rows = self._fold_rows(len(jobs), len(global_params)) if self._one_by_one(jobs, vectorise) else None
+        rows = self._fold_rows(len(jobs), len(global_params)) if _one_by_one(jobs, vectorise) else None
         return self._sums.fold(run.key, fold, self._train_group(run, global_params, jobs, vectorise, rows),
                                len(global_params))
 
@@ -195,15 +204,10 @@ class DeviceRunner(RunnerEvaluation):
         """The round's folded updates this runner holds (see train_group), then forgotten."""
         return self._sums.take(run_key, ticket)
 
-    @staticmethod
-    def _one_by_one(jobs: list[DeviceJob], vectorise: bool) -> bool:
-        return not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None
-                                                     for j in jobs)
-
     def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                      vectorise: bool, rows: np.ndarray | None = None) -> list[ClientUpdate]:
         """`rows`: where devices trained one by one write their updates (see _fold_rows)."""
-        if self._one_by_one(jobs, vectorise):
+        if _one_by_one(jobs, vectorise):
             return [self.train(run, global_params, job, None if rows is None else rows[i])
                     for i, job in enumerate(jobs)]
         context, model = self._run(run)
@@ -274,6 +278,11 @@ class DeviceRunner(RunnerEvaluation):
         import os
 
         return os.getpid()
+
+
+def _one_by_one(jobs: list[DeviceJob], vectorise: bool) -> bool:
+    """Whether a group's devices train one at a time (not as one vectorised cohort)."""
+    return not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs)
 
 
 def _host() -> str:
