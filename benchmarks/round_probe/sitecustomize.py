@@ -88,6 +88,10 @@ def _after(patch):
 
 
 def _params_timed(module):
+    if hasattr(module, "ModelVector"):  # a runner's kept view of its model
+        module.ModelVector.load = _timed(module.ModelVector.load, "load_s")
+        module.ModelVector.delta = _timed(module.ModelVector.delta, "delta_s")
+        return
     module.load = _timed(module.load, "load_s")
     if hasattr(module, "delta"):
         module.delta = _timed(module.delta, "delta_s")

@@ -66,8 +66,11 @@ class RunnerPool:
             ray.get([r.ping.remote() for r in runners])
         return cls(runners)
 
-    def map_ordered(self, jobs: Sequence[Job], call: Callable[[object, Job], "ray.ObjectRef"]) -> Iterator:
-        """Run call(runner, job) for every job, least-loaded runner first; yield results in job order."""
+    def map_ordered(self, jobs: Sequence[Job], call: Callable[[object, Job], "ray.ObjectRef"],
+                    after_last: Callable[[], None] | None = None) -> Iterator:
+        """Run call(runner, job) for every job, least-loaded runner first; yield results in job order.
+        `after_last` is called once the last job is submitted: what it submits to a runner then runs after
+        that runner's jobs (an actor runs one caller's calls in order)."""
         window = self.window_per_runner * len(self.runners)
         load = [0] * len(self.runners)
         in_flight: dict = {}  # ref -> (job index, runner index)
@@ -79,6 +82,8 @@ class RunnerPool:
                 in_flight[call(self.runners[runner], jobs[submitted])] = (submitted, runner)
                 load[runner] += 1
                 submitted += 1
+                if submitted == len(jobs) and after_last is not None:
+                    after_last()
             ready, _ = inline.wait(list(in_flight), num_returns=1)
             for ref in ready:
                 index, runner = in_flight.pop(ref)

@@ -19,7 +19,7 @@ from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.runtime import inline
 from emulator.runtime.grouping import group_jobs
 from emulator.runtime.runner import DeviceJob
-from emulator.seeding import rng, torch_seed
+from emulator.seeding import rng, torch_seed, torch_seeds
 from emulator.server.record import PlayedRound
 from emulator.server.world import ServerWorld
 from emulator.system import CohortRequest
@@ -69,10 +69,11 @@ class SynchronousEngine:
         world, algorithm, seed = self.world, self.world.algorithm, self.world.scenario.seed
         how, hostile = algorithm.personal, world.adversaries  # own state (FedPer, Ditto), attackers' attacks
         attack_seed = torch_seed(seed, "attack", r)  # the round's, shared by its attackers
-        return [DeviceJob(int(d), algorithm.local_training(int(d)), torch_seed(seed, "train", r, int(d)), int(c),
-                          algorithm.job_payload(int(d)), how, None if how is None else algorithm.own_state(int(d)),
+        seeds = torch_seeds(seed, "train", r, devices)
+        return [DeviceJob(int(d), algorithm.local_training(int(d)), s, int(c), algorithm.job_payload(int(d)), how,
+                          None if how is None else algorithm.own_state(int(d)),
                           None if hostile is None else hostile.attack_of(int(d)), attack_seed)
-                for d, c in zip(devices, counts)]
+                for d, c, s in zip(devices, counts, seeds)]
 
     def _folding(self) -> Folding | None:
         """The algorithm's rule for folding updates on the runners, unless something on the server must
@@ -87,15 +88,17 @@ class SynchronousEngine:
         return group_jobs(jobs, runtime.group_size, runtime.vectorise, len(world.pool.runners), world.model_bytes,
                           world.device_cost.seconds)
 
-    def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None):
-        """What the runners send back for each group (its updates, or a receipt given `folds`), in draw order."""
+    def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None,
+               after_last=None):
+        """What the runners send back for each group (its updates, or a receipt given `folds`), in draw order;
+        `after_last` as in RunnerPool.map_ordered."""
         world, vectorise = self.world, self.world.scenario.runtime.vectorise
         if not groups:
             return
         params_ref, tasks = world.params_ref(), list(range(len(groups)))
         with world.device_cost.timing(devices, len(world.pool.runners)):
             yield from world.pool.map_ordered(tasks, lambda runner, i: runner.train_group.remote(
-                world.run, params_ref, groups[i], vectorise, None if folds is None else folds[i]))
+                world.run, params_ref, groups[i], vectorise, None if folds is None else folds[i]), after_last)
 
     def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list) -> list:
         """The round's updates as the sums the runners held (WeightedMeans), each device's stats added to
@@ -104,11 +107,16 @@ class SynchronousEngine:
         world, groups = self.world, self._groups(jobs)
         ticket = uuid.uuid4().hex  # this playing of the round: a replay after a restart never meets its sums
         folds = [FoldTask(rule, ticket, i) for i in range(len(groups))]
-        for receipt in self._train(groups, len(jobs), folds):
+
+        def take_sums() -> list:
+            return [runner.take_sum.remote(world.run.key, ticket) for runner in world.pool.runners]
+
+        queued = []  # asked for behind each runner's last task: a runner's sum travels once it is done
+        for receipt in self._train(groups, len(jobs), folds, lambda: queued.extend(take_sums())):
             stats.extend(receipt.stats)
         sums, missing = [], set(range(len(groups)))
         for _ in range(3):
-            refs = [runner.take_sum.remote(world.run.key, ticket) for runner in world.pool.runners]
+            refs, queued = queued or take_sums(), []
             for held in filter(None, (inline.get(ref) for ref in refs)):
                 if not set(held.groups) <= missing or len(set(held.groups)) != len(held.groups):
                     raise RuntimeError(f"a runner's sum holds groups {held.groups}: some of them twice")
