@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import inspect
 import traceback
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable
 
@@ -71,24 +70,32 @@ def _defined_at(code: Any) -> str | None:
         return None
 
 
-@contextmanager
-def guard(origin: str, part: str, hook: str, code: Any = None):
+class guard:  # noqa: N801 - used as a function: `with guard(origin, part, hook):`
     """Turn an exception from a plugin's code into a PluginError naming the plugin, the hook, the user's own
     file and line and the fix (exit 2, no Ray traceback); our own parts' errors pass through untouched.
-    `code`: the plugin's function being called, named when the failure is in calling it."""
-    try:
-        yield
-    except Exception as exc:
+    `code`: the plugin's function being called, named when the failure is in calling it. A plain class, not a
+    generator: a runner enters one around every device's training."""
+
+    __slots__ = ("origin", "part", "hook", "code")
+
+    def __init__(self, origin: str, part: str, hook: str, code: Any = None):
+        self.origin, self.part, self.hook, self.code = origin, part, hook, code
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, traceback_) -> bool:
+        if exc is None or not isinstance(exc, Exception):
+            return False
         inner = innermost(exc)
         if isinstance(inner, ScenarioError):
             raise type(inner)(str(inner)) from None
-        if not is_plugin(origin):
-            raise
+        if not is_plugin(self.origin):
+            return False
         # chained to the plugin's own exception: in process (runtime.backend: inline) its traceback, down to
         # the plugin's line, is there for a debugger (python -m pdb) or a notebook's %debug
-        raise PluginError(f"plugin {origin}: {part}'s {hook} raised {failure(inner, code)}; fix the plugin, then "
-                          f"run again ({RESUME_HINT})"
-                          ) from inner
+        raise PluginError(f"plugin {self.origin}: {self.part}'s {self.hook} raised {failure(inner, self.code)}; fix "
+                          f"the plugin, then run again ({RESUME_HINT})") from inner
 
 
 def build_part(registered, part: str, base: type, wrap: Callable, *args: Any):
