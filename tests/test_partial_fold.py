@@ -123,3 +123,25 @@ def test_a_runner_restarted_holding_its_sum_costs_time_not_results(tmp_path, mon
     restarted = run_scenario(validate_scenario(raw), tmp_path / "restarted")
     assert len(set(tickets)) == 7 and trained_again  # runner 0's groups of round 3 were trained twice
     assert comparable(restarted.path) == comparable(reference.path)
+
+
+def test_a_group_folded_twice_under_one_ticket_is_in_the_sum_once():
+    """Ray retries the unfinished calls of a runner it restarted, and the server trains again what the
+    restarted runner lost: a group may reach the runner's new sum twice, with the same updates. The sum
+    holds it once, so the round's mean is the one of an uninterrupted round."""
+    from emulator.aggregation.partial import Folding, FoldTask, HeldSums
+    from emulator.algorithms.base import ClientUpdate
+    from emulator.training.local import TrainStats
+
+    rng = np.random.default_rng(0)
+    updates = [ClientUpdate(d, 10 + d, rng.normal(0, 0.1, 50).astype(np.float32), TrainStats(3, 0.5, 0.5), 1)
+               for d in range(4)]
+    once, twice = HeldSums(), HeldSums()
+    once.fold("run", FoldTask(Folding(), "ticket", 0), updates[:2], 50)
+    once.fold("run", FoldTask(Folding(), "ticket", 1), updates[2:], 50)
+    for group, part in ((0, updates[:2]), (1, updates[2:]), (0, updates[:2])):
+        receipt = twice.fold("run", FoldTask(Folding(), "ticket", group), part, 50)
+        assert receipt.devices == [u.device for u in part]
+    held_once, held_twice = once.take("run", "ticket"), twice.take("run", "ticket")
+    assert held_twice.groups == [0, 1]
+    assert np.array_equal(held_twice.mean.mean(), held_once.mean.mean()) and held_twice.mean.count == 4

@@ -80,8 +80,9 @@ class HeldSums:
         if ticket != task.ticket:
             held = HeldSum(WeightedMean(size), [])
             self._held[run_key] = (task.ticket, held)
-        task.rule.fold_into(held.mean, updates)
-        held.groups.append(task.group)
+        if task.group not in held.groups:  # else Ray retried a task of a runner it restarted, and the server
+            task.rule.fold_into(held.mean, updates)  # trained the group again too: same seeds, same updates, once
+            held.groups.append(task.group)
         return FoldReceipt([update.device for update in updates], [update.stats for update in updates])
 
     def take(self, run_key: str, ticket: str) -> HeldSum | None:
