@@ -15,49 +15,34 @@ import time
 
 _DIR = os.environ.get("ROUND_PROBE_DIR")
 _totals = {"task_s": 0.0, "train_s": 0.0, "tasks": 0, "data_s": 0.0, "load_s": 0.0, "delta_s": 0.0, "fold_s": 0.0}
-_depth = [0]  # training calls nested in training calls (a cohort that trains a device alone) count once
+_depth: dict[str, int] = {}  # calls nested in calls of the same total (a cohort training one device) count once
 
 
-def _timed_training(function):
+def _timed(function, total: str, then=None):
+    """`function`, its seconds added to _totals[total] where it runs inside a task (a runner's warm-up training
+    at start is no round's); `then` runs after each outermost call."""
     @functools.wraps(function)
     def wrapper(*args, **kwargs):
-        _depth[0] += 1
+        _depth[total] = _depth.get(total, 0) + 1
         start = time.perf_counter()
         try:
             return function(*args, **kwargs)
         finally:
-            _depth[0] -= 1
-            if not _depth[0]:
-                _totals["train_s"] += time.perf_counter() - start
+            _depth[total] -= 1
+            if not _depth[total] and (total == "task_s" or _depth.get("task_s", 0)):
+                _totals[total] += time.perf_counter() - start
+                if then is not None:
+                    then()
     return wrapper
 
 
-def _timed(function, total: str):
-    """A runner's part of a task outside training: its seconds add up under `total`."""
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _totals[total] += time.perf_counter() - start
-    return wrapper
-
-
-def _timed_task(function):
-    @functools.wraps(function)
-    def wrapper(*args, **kwargs):
-        start = time.perf_counter()
-        try:
-            return function(*args, **kwargs)
-        finally:
-            _totals["task_s"] += time.perf_counter() - start
-            _totals["tasks"] += 1
-            path = os.path.join(_DIR, f"{os.getpid()}.json")
-            with open(path + ".tmp", "w") as file:
-                json.dump(_totals, file)
-            os.replace(path + ".tmp", path)
-    return wrapper
+def _write_totals() -> None:
+    """After each task: this process's running totals, replaced whole (the driver reads them between rounds)."""
+    _totals["tasks"] += 1
+    path = os.path.join(_DIR, f"{os.getpid()}.json")
+    with open(path + ".tmp", "w") as file:
+        json.dump(_totals, file)
+    os.replace(path + ".tmp", path)
 
 
 def _runner_class_timed(execute, module):
@@ -69,7 +54,7 @@ def _runner_class_timed(execute, module):
 
     def remote(*args, **kwargs):
         if len(args) == 1 and getattr(args[0], "__name__", None) == "DeviceRunner":
-            args[0].train_group = _timed_task(args[0].train_group)
+            args[0].train_group = _timed(args[0].train_group, "task_s", _write_totals)
             args[0]._samples = _timed(args[0]._samples, "data_s")
         return real(*args, **kwargs)
 
@@ -103,8 +88,8 @@ _PATCHES = {
     "emulator.params": _after(_params_timed),
     "emulator.aggregation.partial": _after(lambda m: setattr(m.HeldSums, "fold", _timed(m.HeldSums.fold, "fold_s"))
                                            if hasattr(m, "HeldSums") else None),
-    "emulator.training.local": _after(lambda m: setattr(m, "train_locally", _timed_training(m.train_locally))),
-    "emulator.training.cohort": _after(lambda m: setattr(m, "train_cohort", _timed_training(m.train_cohort))),
+    "emulator.training.local": _after(lambda m: setattr(m, "train_locally", _timed(m.train_locally, "train_s"))),
+    "emulator.training.cohort": _after(lambda m: setattr(m, "train_cohort", _timed(m.train_cohort, "train_s"))),
     "emulator.runtime.runner": _runner_class_timed,
 }
 
