@@ -1,0 +1,87 @@
+"""Max-min fair rates (emulator/system/fair_share.py), against the textbook cases, against a plain progressive
+filling that raises every rising flow in small exact steps, and against the property that defines them:
+every flow is at its own cap or crosses a full link on which no flow goes faster."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emulator.system.fair_share import max_min_rates
+
+
+def progressive_filling(links, capacity, cap):
+    """The definition, step by step: raise every rising flow together until a link fills or a flow reaches
+    its cap; freeze those; repeat (one freeze at a time: slow, plainly right)."""
+    links, capacity, cap = np.asarray(links), np.asarray(capacity, float), np.asarray(cap, float)
+    rate, left, rising = np.zeros(len(cap)), capacity.copy(), np.ones(len(cap), bool)
+    while rising.any():
+        sharing = np.array([sum(1 for f in np.flatnonzero(rising) if link in links[f]) for link in range(len(left))])
+        step = min([left[k] / sharing[k] for k in range(len(left)) if sharing[k]] + list(cap[rising] - rate[rising]))
+        rate[rising] += step
+        left -= step * sharing
+        full = {k for k in range(len(left)) if sharing[k] and left[k] <= 1e-9 * capacity[k]}
+        for f in np.flatnonzero(rising):
+            if rate[f] >= cap[f] * (1 - 1e-12) or full & set(links[f][links[f] >= 0].tolist()):
+                rising[f] = False
+    return rate
+
+
+def tree(rng, flows, cells, regions, uncapped=0.1):
+    """Devices behind cells behind regions behind one server link: (links, capacity, cap)."""
+    cell = rng.integers(0, cells, flows)
+    region_of_cell = rng.integers(0, regions, cells)
+    links = np.stack([cell, cells + region_of_cell[cell], np.full(flows, cells + regions)], axis=1)
+    links[rng.random(flows) < 0.2, 1] = -1  # some cells hang off the server directly
+    capacity = rng.lognormal(3, 1, cells + regions + 1)
+    cap = rng.lognormal(1.5, 1, flows)
+    cap[rng.random(flows) < uncapped] = np.inf
+    cap[rng.random(flows) < 0.2] = cap[0]  # ties
+    return links, capacity, cap
+
+
+def test_equal_flows_on_one_link_share_it_equally_and_finish_together():
+    rates = max_min_rates(np.zeros((7, 1), int), [14.0], np.full(7, np.inf))
+    assert np.allclose(rates, 2.0)
+    size = 3.0  # each flow's bytes: all finish at N x size / capacity
+    assert np.allclose(size / rates, 7 * size / 14.0)
+
+
+def test_a_capped_flow_leaves_its_share_to_the_others():
+    rates = max_min_rates(np.zeros((3, 1), int), [12.0], [1.0, np.inf, np.inf])
+    assert np.allclose(rates, [1.0, 5.5, 5.5])
+
+
+def test_the_textbook_line_network():
+    """One long flow across two links, one short flow on each: the long one gets a third of the narrow link."""
+    links = [[0, 1], [0, -1], [1, -1]]
+    assert np.allclose(max_min_rates(links, [1.0, 1.0], [np.inf] * 3), [0.5, 0.5, 0.5])
+    assert np.allclose(max_min_rates(links, [1.0, 3.0], [np.inf] * 3), [0.5, 0.5, 2.5])
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_trees_match_progressive_filling_and_every_flow_has_a_bottleneck(seed):
+    rng = np.random.default_rng(seed)
+    links, capacity, cap = tree(rng, flows=int(rng.integers(5, 60)), cells=int(rng.integers(1, 8)),
+                                regions=int(rng.integers(1, 3)))
+    rates = max_min_rates(links, capacity, cap)
+    assert np.allclose(rates, progressive_filling(links, capacity, cap), rtol=1e-9)
+    use = np.bincount(links[links >= 0], weights=np.repeat(rates, (links >= 0).sum(axis=1)),
+                      minlength=len(capacity))
+    assert np.all(use <= capacity * (1 + 1e-9))
+    full = use >= capacity * (1 - 1e-9)
+    for f in range(len(rates)):
+        crossed = links[f][links[f] >= 0]
+        at_cap = rates[f] >= cap[f] * (1 - 1e-9)
+        fastest_on_a_full_link = any(full[k] and rates[f] >= rates[(links == k).any(axis=1)].max() * (1 - 1e-9)
+                                     for k in crossed)
+        assert at_cap or fastest_on_a_full_link, f
+
+
+def test_bad_topologies_are_refused_naming_what_is_wrong():
+    with pytest.raises(ValueError, match="crosses link 3, but there are 2 links"):
+        max_min_rates([[0], [3]], [1.0, 1.0], [1.0, 1.0])
+    with pytest.raises(ValueError, match="positive"):
+        max_min_rates([[0]], [0.0], [1.0])
+    with pytest.raises(ValueError, match="unbounded"):
+        max_min_rates([[0], [-1]], [1.0], [np.inf, np.inf])
+    assert np.allclose(max_min_rates([[-1]], [1.0], [4.0]), [4.0])  # no shared link: its own cap
