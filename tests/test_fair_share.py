@@ -85,3 +85,24 @@ def test_bad_topologies_are_refused_naming_what_is_wrong():
     with pytest.raises(ValueError, match="unbounded"):
         max_min_rates([[0], [-1]], [1.0], [np.inf, np.inf])
     assert np.allclose(max_min_rates([[-1]], [1.0], [4.0]), [4.0])  # no shared link: its own cap
+
+
+def test_flows_finish_when_simgrid_s_fluid_model_says():
+    """benchmarks/reference/simgrid_flows.json: SimGrid 3.32's completion times (CM02, no TCP corrections, no
+    cross-traffic: the settings are in the file) for flows starting at different times through device caps,
+    cells, a region and the server's link. The emulator's event-by-event fluid model agrees to 1e-9."""
+    import json
+    from pathlib import Path
+
+    from emulator.system.fair_share import finish_times
+
+    reference = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "reference" /
+                            "simgrid_flows.json").read_text())
+    assert "--cfg=network/model:CM02" in reference["settings"]
+    for name, topology in reference["topologies"].items():
+        flows = topology["flows"]
+        hops = max(len(route) for *_, route in flows)
+        links = np.array([route + [-1] * (hops - len(route)) for *_, route in flows])
+        times = finish_times([f[0] for f in flows], [f[1] for f in flows], links, topology["links"],
+                             [f[2] for f in flows])
+        assert np.allclose(times, reference["finish_s"][name], rtol=1e-9), name

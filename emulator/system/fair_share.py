@@ -78,3 +78,29 @@ def _check(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> None:
         raise ValueError(f"a flow crosses link {bad}, but there are {len(capacity)} links (-1 marks no link)")
     if not (np.all(capacity > 0) and np.all(cap > 0)):  # NaN fails too
         raise ValueError("link capacities and flow caps must be positive")
+
+
+def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
+                 cap: np.ndarray) -> np.ndarray:
+    """When each flow completes, given when it starts and its size: the fluid model run event by event, the
+    rates recomputed (max_min_rates) whenever a flow starts or finishes."""
+    start, size = np.asarray(start, dtype=np.float64), np.asarray(size, dtype=np.float64)
+    cap = np.asarray(cap, dtype=np.float64)
+    links = np.asarray(links, dtype=np.int64).reshape(len(cap), -1)
+    left, finish = size.copy(), np.full(len(size), np.nan)
+    now = float(start.min()) if len(start) else 0.0
+    while np.isnan(finish).any():
+        running = (start <= now) & np.isnan(finish)
+        rates = np.zeros(len(size))
+        if running.any():
+            rates[running] = max_min_rates(links[running], capacity, cap[running])
+        with np.errstate(divide="ignore"):
+            to_finish = np.where(running, left / np.where(running, rates, 1.0), np.inf)
+        later = start[start > now]
+        step = min(float(to_finish.min()), float(later.min()) - now if later.size else np.inf)
+        left -= rates * step
+        now += step
+        done = running & ((left <= 1e-12 * size) | (to_finish <= step))
+        finish[done] = now
+        left[done] = 0.0
+    return finish
