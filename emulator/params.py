@@ -39,21 +39,31 @@ def _host_views(tensors: list[torch.Tensor]) -> list[np.ndarray] | None:
 def delta(model: nn.Module, start: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
     """flatten(model) - start as a float32 vector (the same bits), in one pass over the model's tensors;
     written into `out` when given (a float32 vector of the model's size)."""
-    tensors = communicated(model)
-    views = _host_views(tensors)
-    if views is None:
-        update = flatten(model)
-        update -= start
-        if out is not None:
-            out[:] = update
-            return out
+    views = _host_views(communicated(model))
+    if views is not None:
+        return _difference(views, start, out)
+    update = flatten(model)
+    update -= start
+    if out is None:
         return update
+    out[:] = update
+    return out
+
+
+def _difference(views: list[np.ndarray], start: np.ndarray, out: np.ndarray | None) -> np.ndarray:
     update = np.empty(sum(len(v) for v in views), dtype=np.float32) if out is None else out
     offset = 0
     for view in views:
         np.subtract(view, start[offset:offset + len(view)], out=update[offset:offset + len(view)])
         offset += len(view)
     return update
+
+
+def _copy_into(views: list[np.ndarray], vector: np.ndarray) -> None:
+    offset = 0
+    for view in views:
+        view[:] = vector[offset:offset + len(view)]
+        offset += len(view)
 
 
 def load(model: nn.Module, vector: np.ndarray) -> None:
@@ -64,10 +74,7 @@ def load(model: nn.Module, vector: np.ndarray) -> None:
     if views is not None:
         if sum(len(v) for v in views) != len(vector):
             raise ValueError(f"parameter vector has {len(vector)} values, the model needs {sum(len(v) for v in views)}")
-        offset = 0
-        for view in views:
-            view[:] = vector[offset:offset + len(view)]
-            offset += len(view)
+        _copy_into(views, vector)
         return
     with warnings.catch_warnings():  # a read-only vector (as Ray's object store hands it out) is only read here
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
@@ -110,24 +117,14 @@ class ModelVector:
         """params.load(model, vector)."""
         views = self._current()
         if views is None or len(vector) != sum(len(v) for v in views) or np.asarray(vector).dtype != np.float32:
-            load(self.model, vector)
+            load(self.model, vector)  # converts, or refuses a vector of the wrong size
             return
-        offset = 0
-        for view in views:
-            view[:] = vector[offset:offset + len(view)]
-            offset += len(view)
+        _copy_into(views, vector)
 
     def delta(self, start: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
         """params.delta(model, start, out)."""
         views = self._current()
-        if views is None:
-            return delta(self.model, start, out)
-        update = np.empty(len(start), dtype=np.float32) if out is None else out
-        offset = 0
-        for view in views:
-            np.subtract(view, start[offset:offset + len(view)], out=update[offset:offset + len(view)])
-            offset += len(view)
-        return update
+        return delta(self.model, start, out) if views is None else _difference(views, start, out)
 
 
 _registrations = [0]  # parameters, buffers and submodules registered by any module of this process (once watched)
