@@ -61,6 +61,7 @@ class ExactSum:
     def add(self, vector: np.ndarray, scale: float = 1.0) -> None:
         """Add scale * vector (float32 or float64; the product is rounded once, in float64)."""
         factor = scale * 2.0 ** HIGH_BITS
+        top = None
         if factor >= 0 and len(vector):  # rounding is monotonic: the products' extremes are the extremes' products,
             top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)  # read off the narrower input
             if top < _FINE_LIMIT:  # NaN fails
@@ -68,7 +69,8 @@ class ExactSum:
                 return
         y, rounded = self._scratch()
         np.multiply(vector, factor, out=y, dtype=np.float64)
-        top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
+        if top is None:
+            top = max(float(np.max(y)), -float(np.min(y))) if len(y) else 0.0
         if not top < _TERM_LIMIT:  # NaN, inf or too large: those entries add as floats
             y[:] = self._set_aside(y)
             top = float(np.max(np.abs(y))) if len(y) else 0.0
