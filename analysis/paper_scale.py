@@ -1,4 +1,5 @@
-"""The paper-scale tables: emulator runs (results/gpu/) beside the plain reference loop (results/gpu-reference/).
+"""The paper-scale tables: emulator runs (results/gpu/) beside the plain reference loop (results/gpu-reference/),
+FAST's Fashion-MNIST table and SAFARI's (FedAvg and SAFARI by the number s of clients never selected).
 
 Per cell, over its seeds (mean +- sample sd): the paper's metric as the emulator's scenario reads it (the
 mean of the last 5 evaluations, 10 rounds apart), the mean over the last 800 rounds' evaluations (every 10th
@@ -20,13 +21,14 @@ from pathlib import Path
 import yaml
 
 PAPER = {("0.1", "uniform", "fedavg"): 86.85, ("0.1", "beta", "fedavg"): 79.89}  # ../shared/papers/fast.md
+PAPER_SAFARI = {0: 87.71, 30: 86.17, 60: 82.37, 90: 80.71, 120: 78.53}  # FedAvg by s: ../shared/papers/safari.md
 
 
 @dataclass(frozen=True)
 class Run:
     source: str  # "emulator", "plain loop", or the plain loop on an emulator run's split and cohorts
     alpha: str
-    participation: str  # uniform or beta
+    participation: str  # uniform or beta; for SAFARI's runs, s: how many clients are never selected
     algorithm: str  # fedavg, fast q=0.5, fedavg (Adam kept)
     seed: int
     accuracy: dict  # round -> test accuracy
@@ -60,6 +62,19 @@ def emulator_run(folder: Path, through: int | None = None) -> Run | None:
     return Run("emulator", f"{scenario['data']['partition']['alpha']:g}", who, name, int(scenario["seed"]), accuracy)
 
 
+def safari_run(folder: Path, through: int | None = None) -> Run | None:
+    summary = json.loads((folder / "summary.json").read_text())
+    accuracy = read_accuracy(folder / "metrics.csv")
+    if not kept(summary, accuracy, through):
+        return None
+    scenario = yaml.safe_load((folder / "scenario.yaml").read_text())
+    algorithm, data = scenario["algorithm"], scenario["data"]
+    server = (data.get("server_set") or {}).get("size", 0)
+    name = "fedavg" if algorithm.get("q") in (1, 1.0) else f"safari q={algorithm['q']:g}, {server} server samples"
+    never = int(algorithm.get("selection", {}).get("exclude", 0))
+    return Run("emulator", "", str(never), name, int(scenario["seed"]), accuracy)
+
+
 def reference_run(folder: Path, through: int | None = None) -> Run | None:
     summary = json.loads((folder / "summary.json").read_text())
     accuracy = read_accuracy(folder / "metrics.csv")
@@ -74,8 +89,12 @@ def reference_run(folder: Path, through: int | None = None) -> Run | None:
 def collect(results: Path, through: int | None = None) -> list[Run]:
     runs = {}
     for summary in sorted(results.glob("gpu/*/*/summary.json")):
-        if (summary.parent / "scenario.yaml").exists() and "fast-fmnist" in summary.parent.name:
-            runs[summary.parent.name] = emulator_run(summary.parent, through) or runs.get(summary.parent.name)
+        if not (summary.parent / "scenario.yaml").exists():
+            continue
+        read = emulator_run if "fast-fmnist" in summary.parent.name else (
+            safari_run if "safari-fmnist" in summary.parent.name else None)
+        if read is not None:
+            runs[summary.parent.name] = read(summary.parent, through) or runs.get(summary.parent.name)
     for summary in sorted(results.glob("gpu-reference/*/*/summary.json")):
         runs[summary.parent.name] = reference_run(summary.parent, through) or runs.get(summary.parent.name)
     return [r for r in runs.values() if r is not None]
@@ -98,6 +117,22 @@ def spread(values: list[float]) -> str:
         return ""
     mean = 100 * statistics.mean(values)
     return f"{mean:.2f} ± {100 * statistics.stdev(values):.2f}" if len(values) > 1 else f"{mean:.2f}"
+
+
+def safari_table(runs: list[Run], rounds: int = 1000) -> list[str]:
+    """SAFARI's Table 6 on Fashion-MNIST: a row per s and algorithm, FedAvg beside the paper's."""
+    cells: dict[tuple, list[Run]] = {}
+    for run in runs:
+        cells.setdefault((int(run.participation), run.algorithm), []).append(run)
+    lines = ["| s (never selected) | algorithm | seeds | last 5 evaluations (every 10) | "
+             f"mean over rounds 201-{rounds} | best | paper (FedAvg) |", "|---|---|---|---|---|---|---|"]
+    for never, algorithm in sorted(cells, key=lambda key: (key[0], key[1] != "fedavg", key[1])):
+        measured = [metrics(run, rounds) for run in sorted(cells[never, algorithm], key=lambda r: r.seed)]
+        seeds = ",".join(str(r.seed) for r in sorted(cells[never, algorithm], key=lambda r: r.seed))
+        paper = PAPER_SAFARI.get(never, "") if algorithm == "fedavg" else ""
+        lines.append(f"| {never} | {algorithm} | {len(measured)} ({seeds}) | {spread([m['last5'] for m in measured])} "
+                     f"| {spread([m['late'] for m in measured])} | {spread([m['best'] for m in measured])} | {paper} |")
+    return lines
 
 
 def table(runs: list[Run], rounds: int = 1000) -> list[str]:
@@ -135,7 +170,12 @@ def main(argv=None) -> int:
     runs = collect(args.results, args.through)
     if not runs:
         raise SystemExit(f"no finished paper-scale runs under {args.results}/gpu or {args.results}/gpu-reference")
-    print("\n".join(table(runs, args.through or 1000)))
+    fast = [r for r in runs if r.alpha]
+    safari = [r for r in runs if not r.alpha]
+    if fast:
+        print("\n".join(table(fast, args.through or 1000)))
+    if safari:
+        print(("\n" if fast else "") + "\n".join(safari_table(safari, args.through or 1000)))
     return 0
 
 

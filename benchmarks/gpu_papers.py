@@ -40,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 SCENARIO = "scenarios/papers/fast_fmnist.yaml"
+SAFARI = "scenarios/papers/safari_fmnist.yaml"
 REFERENCE = "benchmarks/reference_fedavg.py"
 MPS_ENV = {"CUDA_MPS_PIPE_DIRECTORY": "/tmp/emulator-mps/pipe", "CUDA_MPS_LOG_DIRECTORY": "/tmp/emulator-mps/log"}
 # about the least a 1000-round run takes on an H200 (4 at once, from their rate; 12 at once: ~525 s and 414 s):
@@ -53,28 +54,29 @@ class Job:
     name: str
     kind: str  # "emulator" or "reference"
     args: list[str]
+    scenario: str = SCENARIO  # an emulator run's
     started: float = 0.0
     ended: float = 0.0
     code: int | None = None
     process: subprocess.Popen | None = field(default=None, repr=False)
 
 
-def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int, rounds: int) -> list[Job]:
+def emulator_jobs(prefix: str, sets: list[str], grid: list[str], seeds: int, rounds: int,
+                  scenario: str = SCENARIO) -> list[Job]:
     """The runs of one sweep cell grid, named as `emulator sweep` names them (so committed runs and sweeps agree)."""
     from emulator.sweeps import parse_grid, plan_sweep
 
     overrides = [f"rounds={rounds}", *sets] + ([f"name={prefix}"] if prefix else [])
-    planned = plan_sweep(SCENARIO, overrides, parse_grid(grid), seeds, Path(tempfile.gettempdir()) / "papers-plan")
-    return [Job(run.name, "emulator", overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"])
-            for run in planned]
+    planned = plan_sweep(scenario, overrides, parse_grid(grid), seeds, Path(tempfile.gettempdir()) / "papers-plan")
+    return [Job(run.name, "emulator", overrides + run.overrides + [f"seed={run.scenario.seed}", f"name={run.name}"],
+                scenario) for run in planned]
 
 
-def same_setup_jobs(rounds: int, setups: Path = Path("results/setups")) -> list[Job]:
-    """The plain loop on each emulator run's split and cohorts that results/setups/ holds, Beta's first."""
-    files = sorted(setups.glob("fast-fmnist-*.npz"), key=lambda f: ("uniform" in f.name, f.name))
+def same_setup_jobs(rounds: int, who: str, setups: Path = Path("results/setups")) -> list[Job]:
+    """The plain loop on each emulator run's split and cohorts that results/setups/ holds, for one participation."""
+    files = sorted(f for f in setups.glob("fast-fmnist-*.npz") if ("uniform" in f.name) == (who == "uniform"))
     jobs = []
     for file in files:
-        who = "beta" if "beta" in file.name else "uniform"
         seed = file.stem.rsplit("seed", 1)[1]
         jobs.append(Job(f"reference-fedavg-alpha0.1-{who}-emulator_setup-seed{seed}", "reference",
                         ["--setup", str(file), "--participation", who, "--seed", seed, "--rounds", str(rounds)]))
@@ -101,7 +103,11 @@ def plan(rounds: int = 1000) -> list[Job]:
     first = by_seed(fast + plain)
     sharper = by_seed(emulator_jobs("fast-fmnist-alpha0.05-fedavg", ["data.partition.alpha=0.05", "algorithm.q=0"],
                                     [selection], 3, rounds))
-    return (first + same_setup_jobs(rounds) + sharper + reference_jobs(0.05, ["uniform", "beta"], 3, rounds)
+    safari_90 = by_seed(emulator_jobs("safari-fmnist-s90", [], ["algorithm.q=1,0.8"], 3, rounds, SAFARI))
+    safari_by_s = by_seed(emulator_jobs("safari-fmnist-fedavg", ["algorithm.q=1"],
+                                        ["algorithm.selection.exclude=0,30,60,120"], 3, rounds, SAFARI))
+    return (first + same_setup_jobs(rounds, "beta") + sharper + safari_90 + same_setup_jobs(rounds, "uniform")
+            + reference_jobs(0.05, ["uniform", "beta"], 3, rounds) + safari_by_s
             + reference_jobs(0.1, ["uniform", "beta"], 1, rounds, "kept"))
 
 
@@ -117,7 +123,7 @@ def command(job: Job, out: Path, cpu: bool = False) -> list[str]:
     if job.kind == "reference":
         return [sys.executable, REFERENCE, *job.args, "--out", str(out)] + (["--device", "cpu"] if cpu else [])
     sets = job.args + IN_PROCESS + [f"output.dir={out}"] + (["runtime.num_gpus=0"] if cpu else [])
-    return [sys.executable, "-m", "emulator", "run", SCENARIO, "--quiet", *[a for s in sets for a in ("--set", s)]]
+    return [sys.executable, "-m", "emulator", "run", job.scenario, "--quiet", *[a for s in sets for a in ("--set", s)]]
 
 
 def start_mps() -> bool:

@@ -2,10 +2,13 @@
 # Packs what a bare GPU machine lacks to run the emulator into .whl/ (git-ignored): the wheels of ray,
 # simpy, pydantic and jsonschema for its Python (3.12; torch, numpy, pandas and the rest are there), ray
 # stripped of what a run never loads (its Java jars, the dashboard's web UI, rllib) and packed as tar.xz,
-# and the Fashion-MNIST files. About 57 MiB, under the 64 MiB a device call carries. Needs the package
-# registry (pip download) and /usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist).
+# and the Fashion-MNIST files. About 57 MiB; with the checkout (about 10 MiB) that is over the 64 MiB a
+# device call carries, so a call that runs in process only (`gpu_device_run.sh papers`) takes
+# `IN_PROCESS=1`: ray without its cluster binaries (gcs_server, raylet) and its data, serve, tune and train
+# libraries, which `import ray` never loads; 45 MiB. Needs the package registry (pip download) and
+# /usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist).
 #
-#   bash benchmarks/gpu_wheels.sh            # then, on the GPU machine, in the checkout:
+#   bash benchmarks/gpu_wheels.sh            # (or IN_PROCESS=1 bash ...) then, on the GPU machine, in the checkout:
 #   python3 -m pip install -q --no-index --no-deps --target /tmp/site .whl/*.whl
 #   tar -xJf .whl/ray-site.tar.xz -C /tmp/site
 #   PYTHONPATH=/tmp/site EMULATOR_DATA=$PWD/.whl OUT=gpu-out bash benchmarks/gpu_device_run.sh
@@ -24,6 +27,9 @@ python3 - .whl <<'PY'
 import glob, os, sys, zipfile
 wheel = glob.glob(os.path.join(sys.argv[1], "ray-*.whl"))[0]
 drop = ("ray/jars/", "ray/dashboard/client/build/", "ray/rllib/", "ray/llm/")
+if os.environ.get("IN_PROCESS") == "1":  # runs without a Ray cluster: `import ray` only
+    drop += ("ray/core/src/ray/gcs/gcs_server", "ray/core/src/ray/raylet/raylet", "ray/data/", "ray/serve/",
+             "ray/tune/", "ray/train/")
 with zipfile.ZipFile(wheel) as z:
     for info in z.infolist():
         if not info.filename.startswith(drop):

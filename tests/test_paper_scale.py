@@ -114,10 +114,18 @@ def test_the_plan_puts_every_alpha_01_cell_of_a_seed_before_the_next_seed_and_sk
     assert {j.name.rsplit("seed", 1)[1] for j in first[:6]} == {"0"}  # 4 emulator cells + 2 plain-loop cells
     assert sum(j.kind == "reference" for j in first) == 6 and sum(j.kind == "emulator" for j in first) == 12
     assert "fast-fmnist-selection_kind_beta_a_1_b_10-q_0.5-seed2" in {j.name for j in first}
-    same = papers.same_setup_jobs(1000)  # the plain loop on each emulator split and cohorts results/setups/ holds
-    assert [j.name for j in jobs[18:18 + len(same)]] == [j.name for j in same]
-    assert [("beta" in j.name) for j in same] == sorted(("beta" in j.name for j in same), reverse=True)
-    assert all("alpha0.05" in j.name for j in jobs[18 + len(same):24 + len(same)])
+    beta_same = papers.same_setup_jobs(1000, "beta")  # the plain loop on the emulator's Beta splits and cohorts
+    assert beta_same and all("beta" in j.name and "--setup" in j.args for j in beta_same)
+    assert [j.name for j in jobs[18:18 + len(beta_same)]] == [j.name for j in beta_same]
+    after = 18 + len(beta_same)
+    assert all("alpha0.05" in j.name for j in jobs[after:after + 6])
+    safari = jobs[after + 6:after + 12]  # SAFARI's s = 90 cell: FedAvg (q = 1) and SAFARI (q = 0.8), 3 seeds
+    assert all(j.scenario == papers.SAFARI and "s90" in j.name for j in safari)
+    assert sorted(a for j in safari for a in j.args if a.startswith("algorithm.q=")) == ["algorithm.q=0.8"] * 3 + [
+        "algorithm.q=1"] * 3
+    assert papers.SAFARI in papers.command(safari[0], tmp_path)
+    uniform_same = papers.same_setup_jobs(1000, "uniform")
+    assert [j.name for j in jobs[after + 12:after + 12 + len(uniform_same)]] == [j.name for j in uniform_same]
     seed0 = next(j for j in jobs if j.name == "fast-fmnist-selection_kind_uniform-q_0-seed0")
     assert {"rounds=1000", "seed=0", "algorithm.q=0"} <= set(seed0.args)
     done = tmp_path / "2026-01-01-h200" / seed0.name
@@ -182,6 +190,26 @@ def test_the_table_reads_the_papers_metric_the_late_mean_and_stopped_runs_only_w
     stopped = next(r for r in through if r.algorithm == "fast q=0.5")
     last_five = statistics.mean(curve[r] for r in range(860, 901, 10))
     assert tables.metrics(stopped, 900)["last5"] == pytest.approx(last_five)
+
+
+def test_safaris_table_reads_s_and_the_algorithm_from_each_run_and_puts_the_paper_beside_fedavg(tmp_path):
+    def scenario(seed: int, q: float, never: int) -> dict:
+        return {"seed": seed, "data": {"partition": {"scheme": "classes"}, "server_set": {"size": 600}},
+                "algorithm": {"name": "safari", "q": q, "selection": {"kind": "uniform", "exclude": never}}}
+
+    flat = {r: 0.8 for r in range(10, 1001, 10)}
+    fake_run(tmp_path / "gpu" / "s" / "safari-fmnist-s90-q_1-seed0", flat, "completed", scenario(0, 1, 90))
+    fake_run(tmp_path / "gpu" / "s" / "safari-fmnist-s90-q_1-seed1", {r: 0.7 for r in flat}, "completed",
+             scenario(1, 1, 90))
+    fake_run(tmp_path / "gpu" / "s" / "safari-fmnist-s90-q_0.8-seed0", {r: 0.85 for r in flat}, "completed",
+             scenario(0, 0.8, 90))
+    fake_run(tmp_path / "gpu" / "s" / "safari-fmnist-fedavg-exclude_0-seed0", flat, "interrupted", scenario(0, 1, 0))
+    runs = tables.collect(tmp_path)
+    assert sorted((r.participation, r.algorithm, r.seed) for r in runs) == [
+        ("90", "fedavg", 0), ("90", "fedavg", 1), ("90", "safari q=0.8, 600 server samples", 0)]
+    rows = tables.safari_table(runs)
+    assert rows[2] == "| 90 | fedavg | 2 (0,1) | 75.00 ± 7.07 | 75.00 ± 7.07 | 75.00 ± 7.07 | 80.71 |"
+    assert rows[3] == "| 90 | safari q=0.8, 600 server samples | 1 (0) | 85.00 | 85.00 | 85.00 |  |"
 
 
 def test_filing_puts_finished_and_stopped_runs_apart(tmp_path, monkeypatch):
