@@ -5,7 +5,11 @@
 #
 #   OUT=gpu-out bash benchmarks/gpu_device_run.sh [steps...]
 #
-# steps (default: all but probe and papers): info tests quickstart fast bench memory probe papers
+# steps (default: all but probe, papers and stepprofile): info tests quickstart fast bench memory probe papers
+# stepprofile
+#
+# stepprofile: what one local step of FAST's CNN costs (benchmarks/gpu_step_profile.py): the plain step eager,
+# with fused Adam and as a CUDA graph, and an in-process emulator run's CUDA API calls a step; about 60 s.
 #
 # probe: the papers sweep for a few rounds in each configuration of benchmarks/gpu_sweep_probe.py
 # (PROBE_ARGS="--configs ..."); the fastest is written to $OUT/best.txt. Not needed for papers: on the
@@ -65,6 +69,8 @@ for s in $steps; do
     probe)
         TAIL=12 step ${PROBE_LIMIT:-330} probe python3 benchmarks/gpu_sweep_probe.py --rounds ${PROBE_ROUNDS:-10} \
             --limit ${PROBE_CONFIG_LIMIT:-80} --best "$OUT/best.txt" ${PROBE_ARGS:-} ;;
+    stepprofile)
+        TAIL=70 step 240 stepprofile python3 benchmarks/gpu_step_profile.py ;;
     papers)
         step $((${PAPER_LIMIT:-550} + 30)) papers python3 benchmarks/gpu_papers.py --out "$OUT/papers" \
             --limit ${PAPER_LIMIT:-550} --parallel ${PAPER_PARALLEL:-12} --done results/gpu --done results/gpu-reference ${PAPER_ARGS:-}
