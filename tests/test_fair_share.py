@@ -106,3 +106,33 @@ def test_flows_finish_when_simgrid_s_fluid_model_says():
         times = finish_times([f[0] for f in flows], [f[1] for f in flows], links, topology["links"],
                              [f[2] for f in flows])
         assert np.allclose(times, reference["finish_s"][name], rtol=1e-9), name
+
+
+def test_a_cancelled_flow_leaves_its_share_to_the_others_from_that_instant():
+    """Two flows of 10 on a link of 1: each at 0.5 until the second is cancelled at t = 4 (2 moved each),
+    then the first alone at 1 for its last 8: done at 12. A flow that never starts never finishes."""
+    from emulator.system.fair_share import finish_times
+
+    times = finish_times([0, 0, np.inf], [10, 10, 10], [[0], [0], [0]], [1.0], [np.inf] * 3, cancel=[np.inf, 4, 9])
+    assert times[0] == pytest.approx(12.0) and np.isinf(times[1]) and np.isinf(times[2])
+    late = finish_times([0, 0], [10, 10], [[0], [0]], [1.0], [np.inf] * 2, cancel=[np.inf, 25])
+    assert np.allclose(late, [20, 20])  # a cancel after the flow completed changes nothing
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed):
+    """finish_times leaves out links whose flows' caps fit in them and runs groups sharing no link apart; run
+    whole, event by event over every flow and link, the times are the same."""
+    from emulator.system.fair_share import _run, finish_times
+
+    rng = np.random.default_rng(seed)
+    links, capacity, cap = tree(rng, 60, 12, 3, uncapped=0.0)
+    links[:, 2] = -1  # no server link: cells and regions form separate groups
+    capacity[rng.random(len(capacity)) < 0.5] *= 50  # half the links roomy enough never to fill
+    start = rng.uniform(0, 20, 60)
+    size = rng.uniform(5, 50, 60)
+    cancel = np.where(rng.random(60) < 0.2, start + rng.uniform(0, 10, 60), np.inf)
+    whole = _run(start, size, links, capacity, cap, cancel)
+    whole[whole > cancel] = np.inf
+    assert np.allclose(finish_times(start, size, links, capacity, cap, cancel), whole, rtol=1e-9)
+    assert np.isinf(whole).sum() > 0 and np.isfinite(whole).sum() > 40

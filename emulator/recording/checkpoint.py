@@ -58,6 +58,12 @@ def results_fields(scenario) -> dict:
     population = fields.get("population", {})
     if population.get("energy", "") is None:  # a world without batteries: fingerprints as before they existed
         del population["energy"]
+    system = fields.get("system", {})
+    if system.get("network", "") is None:  # no shared links: fingerprints as before they existed
+        del system["network"]
+    access = (system.get("network") or {}).get("access") or {}
+    if access.get("trace"):
+        access["trace"] = "sha256:" + _file_digest(Path(access["trace"]))
     for entry in [*population.get("availability", []), population.get("compute"), population.get("network")]:
         if isinstance(entry, dict) and entry.get("kind") == "trace" and entry.get("file"):
             entry["file"] = "sha256:" + _file_digest(Path(entry["file"]))
@@ -91,6 +97,7 @@ ADDED_FIELDS.update({"s_per_operation": 1e-9})
 # population.types[].behaves (None: best for attackers, drawn otherwise) and .attack.collude
 ADDED_FIELDS.update({"behaves": None, "collude": False})
 ADDED_FIELDS.update({"energy": None})  # population.energy
+ADDED_FIELDS.update({"network": None})  # system.network (population.network was always there)
 
 
 def differing_fields(recorded: dict, current: dict) -> list[str]:

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 from emulator.registry import ATTACKS, AVAILABILITY, Plugged
 from emulator.scenario.base import ScenarioFieldError, Strict
 from emulator.scenario.energy import EnergyConfig
+from emulator.scenario.network import NetworkConfig
 
 
 # --------------------------------------------------------------------------------- population, system
@@ -318,6 +319,7 @@ class SystemConfig(Strict):
     snapshot_deadline_s: Optional[float] = Field(None, gt=0)
     round_duration_s: float = Field(60.0, gt=0)
     server: ServerProfile = ServerProfile()
+    network: Optional[NetworkConfig] = None  # shared links (None: each transfer alone at its device's speed)
     events: bool = False
 
 

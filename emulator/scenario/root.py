@@ -91,6 +91,13 @@ class Scenario(Strict):
             if behaving:
                 raise ScenarioFieldError("population.types", f"type(s) {behaving} set behaviour, which only exists "
                                          "with system.model: simulated")
+        if self.system.network is not None and (self.system.model != "simulated"
+                                                or isinstance(self.algorithm, AsynchronousTraining)):
+            raise ScenarioFieldError("system.network", "shared links time the transfers of synchronous rounds on the "
+                                     "simulated clock: use system.model: simulated and a synchronous algorithm, or "
+                                     "leave system.network out")
+        if self.system.network is not None:
+            self.system.network.check_population(population.devices, _time_zones(population))
         if population.energy is not None and isinstance(self.algorithm, AsynchronousTraining):
             raise ScenarioFieldError("population.energy", f"{self.algorithm.name} is asynchronous; the energy of a "
                                      "device's work is charged in synchronous rounds: use a synchronous algorithm, or "
@@ -287,3 +294,13 @@ def dataset_input_shape(data: DataConfig) -> tuple[int, ...]:
     return tuple(DATASETS.get(data.dataset).fact("input_shape")(data))
 
 
+def _time_zones(population) -> int | None:
+    """How many time zones the population's devices live in (None: some device has none)."""
+    offsets = set()
+    for entry in population.availability:
+        zones = getattr(entry, "timezones", None)
+        if zones is None:
+            return None
+        offsets.update(zones.offsets_h)
+    offsets.update(t.timezone for t in population.types or [] if isinstance(getattr(t, "timezone", None), (int, float)))
+    return len(offsets)

@@ -59,6 +59,7 @@ class RoundOutcome:
     events: list = field(default_factory=list)  # (time_s, device, event) when events are recorded
     protocol: dict = field(default_factory=dict)  # secure aggregation's columns (emulator.system.simulated.SECAGG_COLUMNS)
     energy: dict = field(default_factory=dict)  # the devices' energy this round (system.energy.ENERGY_COLUMNS)
+    network: dict = field(default_factory=dict)  # the shared links this round (system.network.Network.columns)
 
     @property
     def duration_s(self) -> float:

@@ -12,6 +12,7 @@ from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, ScenarioFieldError
 from emulator.seeding import assign_by_share
 from emulator.system import traces
+from emulator.system.network import attachment_trace
 from emulator.system.ties import check_ties
 
 
@@ -74,6 +75,13 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
         if config.kind == "trace":
             config.file = resolved(config.file, f"population.{name}.file")
             read(traces.read_capacity, f"population.{name}.file", config.file, config.format)
+    access = scenario.system.network.access if scenario.system.network is not None else None
+    if access is not None and access.trace is not None:
+        access.trace = resolved(access.trace, "system.network.access.trace")
+        try:
+            attachment_trace(access.trace, population.devices)
+        except ScenarioFieldError as exc:
+            raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
     compute, network = population.compute, population.network
     if compute.kind == network.kind == "trace" and (compute.file, compute.format) == (network.file, network.format) \
             and compute.assign != network.assign:

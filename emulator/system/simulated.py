@@ -32,6 +32,7 @@ from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
 from emulator.system.fleet_energy import FleetEnergy
+from emulator.system.network import Network
 from emulator.system.profiles import DeviceProfiles
 from emulator.system.secure_stages import SecureStages
 from emulator.system.ties import World
@@ -58,6 +59,8 @@ class SimulatedSystem(SystemModel):
         self.fleet_energy = None if self.energy is None else FleetEnergy(
             self.energy, population.devices, scenario.seed, self.availability, self.entries, self.profiles)
         self.batteries = None if self.fleet_energy is None else self.fleet_energy.batteries  # None: no level known
+        self.network = None if config.network is None else Network(
+            config.network, population.devices, scenario.seed, self.availability.timezone_h())
         self.eligible = self.availability.eligible_members()  # whose going offline is an abort (None: nobody's)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
@@ -171,14 +174,15 @@ class SimulatedSystem(SystemModel):
             compute = compute + masking
         else:
             start_work = start
-        finish = start_work + down + compute + up
         checked_in = np.isfinite(start)
         offline_at = np.full(len(devices), np.inf)
         if checked_in.any():
             offline_at[checked_in] = self._offline_after(devices[checked_in], start[checked_in])
         lost_at = np.minimum(offline_at, start + self.dropout_after(devices, stream))
-        plan = {"start": start, "download_done": start_work + down, "finish": finish, "setup": setup,
-                "down_s": down, "compute_s": compute}
+        download_done, finish, down, shared = timed_transfers(self.network, devices, start_work, down, compute, up,
+                                                              lost_at, request, profiles)
+        plan = {"start": start, "download_done": download_done, "finish": finish, "setup": setup,
+                "down_s": down, "compute_s": compute, "shared": shared}
         # an abort: the policy stopped holding (an eligible entry's device went offline) or the battery hit its floor
         aborts = np.isfinite(offline_at) & (lost_at == offline_at) & self._eligible_of(devices)
         if self.fleet_energy is not None:
@@ -241,6 +245,8 @@ class SimulatedSystem(SystemModel):
             self.ledger)
         self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
                            devices[cancelled], devices[aborted])
+        network = {} if self.network is None else self.network.close_round(devices, plan["shared"], selected_at,
+                                                                            closed)
         events = event_rows(devices, plan, reports, dropped & ~aborted, stragglers, cancelled, selected_at,
                               closed, aborted) if self.config.events else []
         return RoundOutcome(
@@ -249,17 +255,18 @@ class SimulatedSystem(SystemModel):
             aborted=devices[aborted],
             bytes_down=int(downloaded.sum()) * request.bytes_down + extra_down,
             bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol,
-            energy=energy)
+            energy=energy, network=network)
 
     def state(self) -> dict:
-        energy = {} if self.fleet_energy is None else self.fleet_energy.state()
-        return {**super().state(), "availability": self.availability.state(), **energy}
+        parts = [part.state() for part in (self.fleet_energy, self.network) if part is not None]
+        return {**super().state(), "availability": self.availability.state(), **{k: v for p in parts for k, v in p.items()}}
 
     def load_state(self, state: dict) -> None:
         super().load_state(state)
         self.availability.load_state(state["availability"])
-        if self.fleet_energy is not None:
-            self.fleet_energy.load_state(state)
+        for part in (self.fleet_energy, self.network):
+            if part is not None:
+                part.load_state(state)
 
     def fastest_round_s(self, bytes_down: int, bytes_up: int, samples: np.ndarray) -> float:
         """The shortest any device could take for a round (median jitter): download + compute + upload."""
@@ -278,9 +285,21 @@ class SimulatedSystem(SystemModel):
             columns["dropout_per_hour"] = self.dropout_per_hour
         if self.fleet_energy is not None:
             columns.update(self.fleet_energy.columns())
+        if self.network is not None:
+            columns.update(self.network.device_columns())
         if self.world is not None:
             columns.update(self.world.columns)
         return columns
+
+
+def timed_transfers(network, devices, start_work, down, compute, up, lost_at, request, profiles):
+    """(download done, finish, download seconds, the shared links' Transfers or None): each transfer alone at its
+    device's speed, or sharing the links it crosses (system.network), a lost device's cancelled then."""
+    if network is None:
+        return start_work + down, start_work + down + compute + up, down, None
+    shared = network.transfers(devices, start_work, compute, lost_at, request.bytes_down, request.bytes_up,
+                               profiles.down_mbps[devices], profiles.up_mbps[devices], profiles.latency_s[devices])
+    return shared.download_done, shared.finish, shared.download_done - start_work, shared
 
 
 def event_rows(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed, aborted) -> list[tuple]:

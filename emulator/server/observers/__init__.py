@@ -14,6 +14,7 @@ from emulator.server.observers.devices import DeviceEvaluation
 from emulator.server.observers.eligibility import Aborts
 from emulator.server.observers.energy import Energy
 from emulator.server.observers.evaluation import CentralEvaluation
+from emulator.server.observers.network import Network
 from emulator.server.observers.participation import ParticipationLedger
 from emulator.server.observers.plugged import GuardedObserver
 from emulator.server.observers.rounds import AlgorithmColumns, Asynchrony
@@ -31,6 +32,8 @@ def observers_for(world) -> list[Observer]:
         chosen.append(Energy(world))
     if Aborts.wanted(world):
         chosen.append(Aborts(world))
+    if Network.wanted(world):
+        chosen.append(Network(world))
     if scenario.evaluation.devices is not None:
         chosen.append(DeviceEvaluation(world))
     if Attackers.wanted(world):

@@ -1,0 +1,215 @@
+"""The links devices share (system.network): who sits behind which access link, and a round's transfers timed
+on them.
+
+The tree: access links 0..A-1, then regional links, then the server's link, in one numbering per
+direction (up: uploads, down: downloads; the two directions never share capacity). A device's transfer
+crosses its access link, its region's link and the server's link, each where the scenario has that tier,
+and is also capped by its device's own speed (population.network). fair_share.finish_times shares the
+links max-min fairly, recomputed as transfers start, finish and are cancelled; latency comes first, as
+without shared links (accounting.transfer_seconds).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from emulator.scenario.base import ScenarioFieldError
+from emulator.seeding import rng
+from emulator.system.fair_share import finish_times
+
+BYTES_PER_MBIT = 1e6 / 8
+
+
+@dataclass
+class Transfers:
+    """A round's downloads and uploads as the shared links timed them: when each began and completed (just
+    after `lost_at` where its device was lost first), and what each would take alone."""
+
+    paths: np.ndarray  # (devices, hops) the links crossed
+    begin: np.ndarray  # downloads begin (after the latency)
+    download_done: np.ndarray
+    upload_from: np.ndarray  # uploads begin
+    finish: np.ndarray
+    alone_down_s: np.ndarray
+    alone_up_s: np.ndarray
+    bytes_down: int
+    bytes_up: int
+
+
+class Network:
+    def __init__(self, config, devices: int, seed: int, timezone_h: np.ndarray | None = None):
+        access = config.access
+        stream = rng(seed, "network")
+        zone_of = None
+        if access.trace is not None:
+            self.link_of, links = attachment_trace(access.trace, devices)
+        else:
+            links = access.links or max(1, math.ceil(devices / access.devices_per_link))
+            if access.attach == "zone":
+                self.link_of, zone_of = _attach_by_zone(devices, links, timezone_h, stream)
+            else:
+                self.link_of = stream.integers(0, links, devices).astype(np.int32)
+        self.access_links = links
+        regions = config.regions
+        if regions is None:
+            self.region_of_link = None
+        elif regions.by == "zone":
+            if zone_of is None:
+                raise ScenarioFieldError("system.network.regions.by", "regions by zone need access links by zone: "
+                                         "set system.network.access.attach: zone")
+            self.region_of_link = zone_of
+        else:
+            if regions.count > links:
+                raise ScenarioFieldError("system.network.regions.count", f"{regions.count} regions but {links} access "
+                                         "links: a region would serve no device; use at most as many as access links")
+            self.region_of_link = (np.arange(links) % regions.count).astype(np.int32)
+        self.regions = 0 if self.region_of_link is None else int(self.region_of_link.max()) + 1
+        self.has_server = config.server is not None
+        self.capacity = {way: self._capacities(config, way) for way in ("up", "down")}
+        self.slowdown_sum = np.zeros(devices)  # each device's transfers: taken over alone, summed over its rounds
+        self.transfer_rounds = np.zeros(devices, dtype=np.int32)
+
+    def _capacities(self, config, way: str) -> np.ndarray:
+        """Bytes a second of every link one way: access links, regions, the server."""
+        mbps = [getattr(config.access, f"{way}_mbps")] * self.access_links
+        if self.regions:
+            mbps += [getattr(config.regions, f"{way}_mbps")] * self.regions
+        if self.has_server:
+            mbps.append(getattr(config.server, f"{way}_mbps"))
+        return np.asarray(mbps, dtype=np.float64) * BYTES_PER_MBIT
+
+    @property
+    def links(self) -> int:
+        return self.access_links + self.regions + int(self.has_server)
+
+    def paths(self, devices: np.ndarray) -> np.ndarray:
+        """(devices, hops): the links each device's transfers cross (the same ids both ways)."""
+        access = self.link_of[devices].astype(np.int64)
+        hops = [access]
+        if self.regions:
+            hops.append(self.access_links + self.region_of_link[access].astype(np.int64))
+        if self.has_server:
+            hops.append(np.full(len(devices), self.links - 1, dtype=np.int64))
+        return np.stack(hops, axis=1)
+
+    def transfers(self, devices, start, compute_s, lost_at, bytes_down, bytes_up, down_mbps, up_mbps,
+                  latency_s) -> Transfers:
+        """Each device downloads from `start` (after its latency), computes for `compute_s`, then uploads;
+        one lost at `lost_at` stops moving bytes then (its transfer cancelled, freeing its share)."""
+        paths = self.paths(devices)
+        down_cap, up_cap = down_mbps * BYTES_PER_MBIT, up_mbps * BYTES_PER_MBIT
+        begin = start + latency_s
+        download_done = _timed(begin, bytes_down, paths, self.capacity["down"], down_cap, lost_at)
+        upload_from = download_done + compute_s + latency_s
+        finish = _timed(upload_from, bytes_up, paths, self.capacity["up"], up_cap, lost_at)
+        # a transfer cancelled when its device was lost: done just after, so that it counts as not done by then
+        lost = np.isfinite(lost_at)
+        for done in (download_done, finish):
+            cut = np.isinf(done) & lost & np.isfinite(start)
+            done[cut] = np.nextafter(lost_at[cut], np.inf)
+        return Transfers(paths, begin, download_done, upload_from, finish, bytes_down / down_cap, bytes_up / up_cap,
+                         int(bytes_down), int(bytes_up))
+
+    def close_round(self, devices: np.ndarray, shared: Transfers, started: float, closed: float) -> dict[str, float]:
+        """metrics.csv's network columns of a round closed at `closed`, from the transfers completed by then:
+        the mean and largest seconds a device's transfers waited for capacity (beyond their time alone), and
+        each tier's busiest link's utilisation each way (bytes completed over capacity x the round's length).
+        Each device's slowdown (time taken over time alone) joins its running mean (participation.csv)."""
+        down_ok, up_ok = shared.download_done <= closed, shared.finish <= closed
+        taken = np.where(down_ok, shared.download_done - shared.begin, 0.0) + np.where(
+            up_ok, shared.finish - shared.upload_from, 0.0)
+        alone = np.where(down_ok, shared.alone_down_s, 0.0) + np.where(up_ok, shared.alone_up_s, 0.0)
+        moved = down_ok | up_ok
+        wait = np.maximum(taken - alone, 0.0)[moved]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            np.add.at(self.slowdown_sum, devices[moved], np.where(alone[moved] > 0, taken[moved] / alone[moved], 1.0))
+        np.add.at(self.transfer_rounds, devices[moved], 1)
+        columns = {"network_wait_s": float(wait.mean()) if wait.size else 0.0,
+                   "network_wait_max_s": float(wait.max()) if wait.size else 0.0}
+        length = max(closed - started, 1e-9)
+        for way, ok, nbytes in (("up", up_ok, shared.bytes_up), ("down", down_ok, shared.bytes_down)):
+            carried = np.bincount(shared.paths[ok].ravel(), minlength=self.links + 1)[:self.links] * float(nbytes)
+            utilisation = carried / (self.capacity[way] * length)
+            for tier, links in self.tiers().items():
+                columns[f"{tier}_{way}_utilisation"] = float(utilisation[links].max()) if len(links) else 0.0
+        return columns
+
+    def tiers(self) -> dict[str, np.ndarray]:
+        """Each tier's link ids."""
+        out = {"access": np.arange(self.access_links)}
+        if self.regions:
+            out["region"] = self.access_links + np.arange(self.regions)
+        if self.has_server:
+            out["server"] = np.array([self.links - 1])
+        return out
+
+    def columns(self) -> list[str]:
+        return ["network_wait_s", "network_wait_max_s"] + [f"{tier}_{way}_utilisation" for way in ("up", "down")
+                                                            for tier in self.tiers()]
+
+    def device_columns(self) -> dict[str, np.ndarray]:
+        """participation.csv's: each device's access link, region, and its transfers' mean slowdown."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            slowdown = self.slowdown_sum / self.transfer_rounds
+        out = {"access_link": self.link_of}
+        if self.regions:
+            out["region"] = self.region_of_link[self.link_of]
+        out["transfer_slowdown"] = slowdown
+        return out
+
+    def state(self) -> dict:
+        return {"network_slowdown_sum": self.slowdown_sum.copy(), "network_transfer_rounds": self.transfer_rounds.copy()}
+
+    def load_state(self, state: dict) -> None:
+        self.slowdown_sum[:] = state["network_slowdown_sum"]
+        self.transfer_rounds[:] = state["network_transfer_rounds"]
+
+
+def _timed(begin, nbytes, paths, capacity, cap, lost_at) -> np.ndarray:
+    """When each transfer of `nbytes` from `begin` completes on the shared links (np.inf: cancelled first)."""
+    if not nbytes:
+        return np.where(begin < lost_at, begin, np.inf)
+    return finish_times(begin, np.full(len(begin), float(nbytes)), paths, capacity, cap, cancel=lost_at)
+
+
+def _attach_by_zone(devices: int, links: int, timezone_h, stream) -> tuple[np.ndarray, np.ndarray]:
+    """Each device to a link of its own time zone; the links dealt to zones by their devices (one at least)."""
+    if timezone_h is None or np.isnan(timezone_h).any():
+        raise ScenarioFieldError("system.network.access.attach", "attach: zone needs every device in a time zone "
+                                 "(diurnal or eligible availability); use attach: drawn")
+    zones, zone = np.unique(timezone_h, return_inverse=True)
+    if links < len(zones):
+        raise ScenarioFieldError("system.network.access", f"{links} access links for {len(zones)} time zones: give "
+                                 "each zone one at least (more links, or fewer devices_per_link)")
+    counts = np.bincount(zone, minlength=len(zones))
+    share = 1 + np.floor((links - len(zones)) * counts / counts.sum()).astype(np.int64)
+    share[np.argsort(-counts)[:links - share.sum()]] += 1  # the remainder to the largest zones
+    first = np.r_[0, np.cumsum(share)[:-1]]
+    link_of = first[zone] + np.floor(stream.random(devices) * share[zone]).astype(np.int64)
+    return link_of.astype(np.int32), np.repeat(np.arange(len(zones)), share).astype(np.int32)
+
+
+def attachment_trace(path: str, devices: int) -> tuple[np.ndarray, int]:
+    """device_id,link rows: every device's access link (link names renumbered 0.. in sorted order)."""
+    field = "system.network.access.trace"
+    try:
+        table = np.genfromtxt(Path(path), delimiter=",", names=True, dtype=None, encoding="utf-8")
+    except OSError as exc:
+        raise ScenarioFieldError(field, f"cannot read {path}: {exc}") from None
+    names = table.dtype.names or ()
+    if "device_id" not in names or "link" not in names:
+        raise ScenarioFieldError(field, f"{path} needs the columns device_id,link (has {', '.join(names)})")
+    ids = np.atleast_1d(table["device_id"]).astype(np.int64)
+    _, link_ids = np.unique(np.atleast_1d(table["link"]).astype(str), return_inverse=True)
+    link_of = np.full(devices, -1, dtype=np.int64)
+    inside = (ids >= 0) & (ids < devices)
+    link_of[ids[inside]] = link_ids[inside]
+    missing = np.flatnonzero(link_of < 0)
+    if missing.size:
+        shown = ", ".join(str(d) for d in missing[:5]) + (", ..." if missing.size > 5 else "")
+        raise ScenarioFieldError(field, f"{missing.size} devices are attached to no link ({shown}): "
+                                 f"{path} must name a link for every device_id 0..{devices - 1}")
+    return link_of.astype(np.int32), int(link_ids.max()) + 1
