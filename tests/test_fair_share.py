@@ -94,7 +94,7 @@ def test_flows_finish_when_simgrid_s_fluid_model_says():
     import json
     from pathlib import Path
 
-    from emulator.system.fair_share import finish_times
+    from emulator.system.fluid import finish_times
 
     reference = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "reference" /
                             "simgrid_flows.json").read_text())
@@ -111,7 +111,7 @@ def test_flows_finish_when_simgrid_s_fluid_model_says():
 def test_a_cancelled_flow_leaves_its_share_to_the_others_from_that_instant():
     """Two flows of 10 on a link of 1: each at 0.5 until the second is cancelled at t = 4 (2 moved each),
     then the first alone at 1 for its last 8: done at 12. A flow that never starts never finishes."""
-    from emulator.system.fair_share import finish_times
+    from emulator.system.fluid import finish_times
 
     times = finish_times([0, 0, np.inf], [10, 10, 10], [[0], [0], [0]], [1.0], [np.inf] * 3, cancel=[np.inf, 4, 9])
     assert times[0] == pytest.approx(12.0) and np.isinf(times[1]) and np.isinf(times[2])
@@ -119,20 +119,39 @@ def test_a_cancelled_flow_leaves_its_share_to_the_others_from_that_instant():
     assert np.allclose(late, [20, 20])  # a cancel after the flow completed changes nothing
 
 
+def strict_tree(rng, flows, cells, regions):
+    """`tree`, but every flow of a cell climbs the same way (a fifth of the cells straight to the server)."""
+    cell = rng.integers(0, cells, flows)
+    region_of_cell = np.where(rng.random(cells) < 0.2, -1, cells + rng.integers(0, regions, cells))
+    links = np.stack([cell, region_of_cell[cell], np.full(flows, cells + regions)], axis=1)
+    return links, rng.lognormal(3, 1, cells + regions + 1), rng.lognormal(1.5, 1, flows)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_on_a_tree_the_tier_by_tier_levels_are_the_max_min_rates(seed):
+    from emulator.system.fair_share import tree_rates
+
+    links, capacity, cap = strict_tree(np.random.default_rng(seed), 300, 30, 4)
+    cap[::7] = np.inf
+    assert np.allclose(tree_rates(links, capacity, cap), max_min_rates(links, capacity, cap), rtol=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed):
-    """finish_times leaves out links whose flows' caps fit in them and runs groups sharing no link apart; run
-    whole, event by event over every flow and link, the times are the same."""
-    from emulator.system.fair_share import _run, finish_times
+    """finish_times leaves out links whose flows' caps fit in them and advances groups sharing no link side by
+    side on their own clocks; run as one group, event by event over every flow and link, the times are the
+    same; and on a tree the tier-by-tier rates give them too."""
+    from emulator.system.fluid import _advance, finish_times
 
     rng = np.random.default_rng(seed)
-    links, capacity, cap = tree(rng, 60, 12, 3, uncapped=0.0)
-    links[:, 2] = -1  # no server link: cells and regions form separate groups
-    capacity[rng.random(len(capacity)) < 0.5] *= 50  # half the links roomy enough never to fill
+    links, capacity, cap = strict_tree(rng, 60, 12, 3)
+    capacity[-1] = 1e9  # a roomy server link: cells and regions form separate groups
+    capacity[rng.random(len(capacity)) < 0.4] *= 50  # and some other links roomy enough never to fill
     start = rng.uniform(0, 20, 60)
     size = rng.uniform(5, 50, 60)
     cancel = np.where(rng.random(60) < 0.2, start + rng.uniform(0, 10, 60), np.inf)
-    whole = _run(start, size, links, capacity, cap, cancel)
+    whole = _advance(start, size, links, capacity, cap, cancel, np.zeros(60, np.int64), max_min_rates)
     whole[whole > cancel] = np.inf
     assert np.allclose(finish_times(start, size, links, capacity, cap, cancel), whole, rtol=1e-9)
+    assert np.allclose(finish_times(start, size, links, capacity, cap, cancel, tree=True), whole, rtol=1e-9)
     assert np.isinf(whole).sum() > 0 and np.isfinite(whole).sum() > 40

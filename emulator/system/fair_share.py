@@ -80,84 +80,46 @@ def _check(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> None:
         raise ValueError("link capacities and flow caps must be positive")
 
 
-def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
-                 cap: np.ndarray, cancel: np.ndarray | None = None) -> np.ndarray:
-    """When each flow completes, given when it starts and its size: the fluid model run event by event, the
-    rates recomputed (max_min_rates) whenever a flow starts, finishes or is cancelled (at `cancel`, if given:
-    such a flow never completes, np.inf). A flow that never starts (start np.inf) never completes either.
-
-    Only links that can fill matter: one whose flows' caps, all of them at once, fit in its capacity never
-    slows anyone, and a flow crossing no other link runs at its cap start to end. The flows left fall into
-    groups that share no link, each run on its own, so a world whose links rarely fill costs little more
-    than the arithmetic of flows running alone."""
-    start, size = np.asarray(start, dtype=np.float64), np.asarray(size, dtype=np.float64)
-    cap = np.asarray(cap, dtype=np.float64)
-    links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
+def tree_rates(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> np.ndarray:
+    """max_min_rates where the links form a tree that every flow climbs: its columns go from the leaves up
+    (access link, region, server) and flows that share a link share every link above it. Then the
+    allocation is each flow's cap lowered tier by tier to its link's water level, computed over the flows
+    below that link alone (a link only ever slows what it carries, and an upper link that fills first leaves
+    the lower ones part empty): one sort a tier however many links fill, where the general filling takes a
+    step per bottleneck."""
+    rate = np.array(cap, dtype=np.float64)
+    links = np.asarray(links, dtype=np.int64).reshape(len(rate), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
-    cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
-    _check(links, capacity, cap)
-    starts = np.isfinite(start) & (cancel > start)
-    links[~starts] = -1
-    demand = np.zeros(len(capacity))
-    np.add.at(demand, links[links >= 0], np.broadcast_to(cap[:, None], links.shape)[links >= 0])
-    links[(links >= 0) & (demand[np.maximum(links, 0)] <= capacity[np.maximum(links, 0)])] = -1  # never fill
-    finish = np.full(len(cap), np.inf)
-    alone = starts & (links < 0).all(axis=1)
-    if np.isinf(cap[alone]).any():
+    for hop in range(links.shape[1]):
+        flows = np.flatnonzero(links[:, hop] >= 0)
+        if flows.size:
+            rate[flows] = np.minimum(rate[flows], _water_levels(links[flows, hop], rate[flows], capacity))
+    if np.isinf(rate).any():
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
-    finish[alone] = start[alone] + size[alone] / cap[alone]
-    for group in _groups(links, starts & ~alone, len(capacity)):
-        finish[group] = _run(start[group], size[group], links[group], capacity, cap[group], cancel[group])
-    finish[finish > cancel] = np.inf
-    return finish
+    return rate
 
 
-def _groups(links: np.ndarray, flows: np.ndarray, n_links: int) -> list[np.ndarray]:
-    """The flows (indices, among `flows`) in groups that share no link: connected through the links they cross."""
-    chosen = np.flatnonzero(flows)
-    if not chosen.size:
-        return []
-    parent = np.arange(n_links)
-
-    def root(k):
-        while parent[k] != k:
-            parent[k] = parent[parent[k]]
-            k = parent[k]
-        return k
-
-    for hops in links[chosen].tolist():
-        hops = [h for h in hops if h >= 0]
-        for other in hops[1:]:
-            a, b = root(hops[0]), root(other)
-            if a != b:
-                parent[b] = a
-    label = np.array([root(next(h for h in hops if h >= 0)) for hops in links[chosen].tolist()])
-    order = np.argsort(label, kind="stable")
-    cuts = np.flatnonzero(np.diff(label[order])) + 1
-    return [chosen[part] for part in np.split(order, cuts)]
-
-
-def _run(start, size, links, capacity, cap, cancel) -> np.ndarray:
-    """One group's flows, event by event (np.inf: cancelled before it completed)."""
-    left, finish = size.copy(), np.full(len(size), np.nan)
-    now = float(start.min())
-    while np.isnan(finish).any():
-        running = (start <= now) & np.isnan(finish)
-        rates = np.zeros(len(size))
-        if running.any():
-            rates[running] = max_min_rates(links[running], capacity, cap[running])
-        with np.errstate(divide="ignore"):
-            to_finish = np.where(running, left / np.where(running, rates, 1.0), np.inf)
-        pending = np.isnan(finish)
-        later = start[pending & (start > now)]
-        stops = cancel[running]
-        step = min(float(to_finish.min()), float(later.min()) - now if later.size else np.inf,
-                   float(stops.min()) - now if stops.size else np.inf)
-        left -= rates * step
-        now += step
-        done = running & ((left <= 1e-12 * size) | (to_finish <= step))
-        finish[done] = now
-        left[done] = 0.0
-        stopped = pending & np.isnan(finish) & (cancel <= now)
-        finish[stopped] = np.inf
-    return finish
+def _water_levels(link: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+    """For each flow, the level of the link it crosses: the rate its flows above the level get when the flows
+    below it keep their demand and the link is full (np.inf where all the demands fit)."""
+    order = np.lexsort((demand, link))
+    link_sorted, wants = link[order], demand[order]
+    n = len(link_sorted)
+    new_link = np.empty(n, dtype=bool)
+    new_link[0] = True
+    np.not_equal(link_sorted[1:], link_sorted[:-1], out=new_link[1:])
+    starts = np.flatnonzero(new_link)
+    ends = np.empty(len(starts), dtype=np.int64)
+    ends[:-1], ends[-1] = starts[1:], n
+    sizes = ends - starts
+    first_of = np.repeat(starts, sizes)
+    finite = np.where(wants == np.inf, 0.0, wants)
+    below = np.cumsum(finite) - finite
+    below -= below[first_of]
+    rest = np.repeat(ends, sizes) - np.arange(n)  # flows from this one to the end of its link's list
+    fills = below + rest * wants >= capacity[link_sorted]  # the link full when the level reaches this demand
+    first = fills.copy()
+    first[1:] &= ~(fills[:-1] & ~new_link[1:])  # each link's first entry that fills it
+    level = np.full(len(capacity), np.inf)
+    level[link_sorted[first]] = (capacity[link_sorted[first]] - below[first]) / rest[first]
+    return level[link]

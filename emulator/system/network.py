@@ -18,7 +18,7 @@ import numpy as np
 
 from emulator.scenario.base import ScenarioFieldError
 from emulator.seeding import rng
-from emulator.system.fair_share import finish_times
+from emulator.system.fluid import finish_times
 
 BYTES_PER_MBIT = 1e6 / 8
 
@@ -172,7 +172,7 @@ def _timed(begin, nbytes, paths, capacity, cap, lost_at) -> np.ndarray:
     """When each transfer of `nbytes` from `begin` completes on the shared links (np.inf: cancelled first)."""
     if not nbytes:
         return np.where(begin < lost_at, begin, np.inf)
-    return finish_times(begin, np.full(len(begin), float(nbytes)), paths, capacity, cap, cancel=lost_at)
+    return finish_times(begin, np.full(len(begin), float(nbytes)), paths, capacity, cap, cancel=lost_at, tree=True)
 
 
 def _attach_by_zone(devices: int, links: int, timezone_h, stream) -> tuple[np.ndarray, np.ndarray]:

@@ -1,0 +1,105 @@
+"""When transfers complete on shared links: the fluid model (fair_share's rates) run event by event, the rates
+recomputed whenever a flow starts, finishes or is cancelled, as SimGrid's fluid model does.
+
+Most of a round's flows never meet a full link, and those that do meet in small groups (the devices of one
+cell), so the work is cut three ways, none changing a completion time:
+- a link whose flows' caps, all of them at once, fit in its capacity never slows anyone: left out; a flow
+  crossing no other link runs at its cap start to end, in one vectorised step;
+- the flows left fall into groups that share no link, and the groups advance side by side, each on its own
+  clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
+  group's events, not the sum of all groups';
+- on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from emulator.system.fair_share import _check, max_min_rates, tree_rates
+
+
+def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
+                 cap: np.ndarray, cancel: np.ndarray | None = None, tree: bool = False) -> np.ndarray:
+    """When each flow completes, given when it starts, its size, the links it crosses (-1 padding) and its own
+    cap; a flow cancelled (at `cancel`) before it completes, or that never starts (start np.inf), never
+    completes: np.inf. `tree`: the links form a tree every flow climbs, columns from the leaves up."""
+    start, size = np.asarray(start, dtype=np.float64), np.asarray(size, dtype=np.float64)
+    cap = np.asarray(cap, dtype=np.float64)
+    links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
+    capacity = np.asarray(capacity, dtype=np.float64)
+    cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
+    _check(links, capacity, cap)
+    starts = np.isfinite(start) & (cancel > start)
+    links[~starts] = -1
+    crossing = links >= 0
+    demand = np.zeros(len(capacity))
+    np.add.at(demand, links[crossing], np.broadcast_to(cap[:, None], links.shape)[crossing])
+    links[crossing & (demand[np.maximum(links, 0)] <= capacity[np.maximum(links, 0)])] = -1  # never fill
+    finish = np.full(len(cap), np.inf)
+    alone = starts & (links < 0).all(axis=1)
+    if np.isinf(cap[alone]).any():
+        raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
+    finish[alone] = start[alone] + size[alone] / cap[alone]
+    shared = np.flatnonzero(starts & ~alone)
+    if shared.size:
+        group = _tree_groups(links[shared]) if tree else _groups(links[shared], len(capacity))
+        finish[shared] = _advance(start[shared], size[shared], links[shared], capacity, cap[shared], cancel[shared],
+                                  group, tree_rates if tree else max_min_rates)
+    finish[finish > cancel] = np.inf
+    return finish
+
+
+def _tree_groups(links: np.ndarray) -> np.ndarray:
+    """On a tree, flows that share a link share every link above it: a flow's group is its highest link."""
+    highest = links.shape[1] - 1 - np.argmax((links >= 0)[:, ::-1], axis=1)
+    return links[np.arange(len(links)), highest]
+
+
+def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
+    """Each flow's group: flows connected through the links they cross share one (any topology)."""
+    parent = np.arange(n_links)
+
+    def root(k):
+        while parent[k] != k:
+            parent[k] = parent[parent[k]]
+            k = parent[k]
+        return k
+
+    for hops in links.tolist():
+        hops = [h for h in hops if h >= 0]
+        for other in hops[1:]:
+            a, b = root(hops[0]), root(other)
+            if a != b:
+                parent[b] = a
+    return np.array([root(next(h for h in hops if h >= 0)) for hops in links.tolist()], dtype=np.int64)
+
+
+def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.ndarray:
+    """Every group's flows event by event, the groups side by side on their own clocks (np.inf: cancelled)."""
+    _, group = np.unique(group, return_inverse=True)
+    now = np.full(group.max() + 1, np.inf)
+    np.minimum.at(now, group, start)
+    left, finish = size.copy(), np.full(len(size), np.nan)
+    pending = np.arange(len(size))
+    while pending.size:
+        g = group[pending]
+        clock = now[g]
+        running = start[pending] <= clock
+        flows = pending[running]
+        rates = np.zeros(len(pending))
+        rates[running] = rates_of(links[flows], capacity, cap[flows])
+        with np.errstate(divide="ignore", invalid="ignore"):
+            to_finish = np.where(running, left[pending] / rates, np.inf)
+        until = np.minimum(to_finish, np.where(running, cancel[pending], start[pending]) - clock)
+        step = np.full(len(now), np.inf)
+        np.minimum.at(step, g, until)
+        taken = step[g]
+        left[pending] -= rates * np.where(running, taken, 0.0)
+        moved = np.isfinite(step)
+        now[moved] += step[moved]
+        clock = now[g]
+        done = running & ((left[pending] <= 1e-12 * size[pending]) | (to_finish <= taken))
+        finish[pending[done]] = clock[done]
+        stopped = ~done & (cancel[pending] <= clock)
+        finish[pending[stopped]] = np.inf
+        pending = pending[~(done | stopped)]
+    return finish
