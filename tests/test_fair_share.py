@@ -155,3 +155,9 @@ def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed)
     assert np.allclose(finish_times(start, size, links, capacity, cap, cancel), whole, rtol=1e-9)
     assert np.allclose(finish_times(start, size, links, capacity, cap, cancel, tree=True), whole, rtol=1e-9)
     assert np.isinf(whole).sum() > 0 and np.isfinite(whole).sum() > 40
+
+
+def test_no_flows_finish_at_no_times():
+    from emulator.system.fluid import finish_times
+
+    assert finish_times([], [], np.zeros((0, 2), np.int64), [1.0], []).shape == (0,)

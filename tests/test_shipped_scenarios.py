@@ -210,6 +210,7 @@ ON_RAY = {
     "worlds/personal_layers.yaml",       # per-device state (FedPer): personal models scored on the runners
     "security/backdoor_always_on.yaml",  # attackers: poisoned training on the runners, the backdoor measured
     "worlds/eligible_at_night.yaml",     # eligibility by habits, and the devices' energy
+    "network/shared_cells.yaml",         # transfers sharing cells, regions and the server's link
 }
 
 

@@ -88,6 +88,8 @@ def tree_rates(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> np.n
     the lower ones part empty): one sort a tier however many links fill, where the general filling takes a
     step per bottleneck."""
     rate = np.array(cap, dtype=np.float64)
+    if not len(rate):
+        return rate
     links = np.asarray(links, dtype=np.int64).reshape(len(rate), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
     for hop in range(links.shape[1]):

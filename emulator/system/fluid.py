@@ -24,6 +24,8 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     completes: np.inf. `tree`: the links form a tree every flow climbs, columns from the leaves up."""
     start, size = np.asarray(start, dtype=np.float64), np.asarray(size, dtype=np.float64)
     cap = np.asarray(cap, dtype=np.float64)
+    if not len(cap):
+        return np.zeros(0)
     links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
     cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
@@ -86,7 +88,8 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
         running = start[pending] <= clock
         flows = pending[running]
         rates = np.zeros(len(pending))
-        rates[running] = rates_of(links[flows], capacity, cap[flows])
+        if flows.size:
+            rates[running] = rates_of(links[flows], capacity, cap[flows])
         with np.errstate(divide="ignore", invalid="ignore"):
             to_finish = np.where(running, left[pending] / rates, np.inf)
         until = np.minimum(to_finish, np.where(running, cancel[pending], start[pending]) - clock)
