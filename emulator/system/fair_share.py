@@ -80,13 +80,14 @@ def _check(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> None:
         raise ValueError("link capacities and flow caps must be positive")
 
 
-def tree_rates(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> np.ndarray:
+def tree_rates(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray, presorted: bool = False) -> np.ndarray:
     """max_min_rates where the links form a tree that every flow climbs: its columns go from the leaves up
     (access link, region, server) and flows that share a link share every link above it. Then the
     allocation is each flow's cap lowered tier by tier to its link's water level, computed over the flows
     below that link alone (a link only ever slows what it carries, and an upper link that fills first leaves
     the lower ones part empty): one sort a tier however many links fill, where the general filling takes a
-    step per bottleneck."""
+    step per bottleneck. `presorted`: the flows of each first-column link are side by side, by cap (that
+    tier's sort skipped)."""
     rate = np.array(cap, dtype=np.float64)
     if not len(rate):
         return rate
@@ -95,17 +96,22 @@ def tree_rates(links: np.ndarray, capacity: np.ndarray, cap: np.ndarray) -> np.n
     for hop in range(links.shape[1]):
         flows = np.flatnonzero(links[:, hop] >= 0)
         if flows.size:
-            rate[flows] = np.minimum(rate[flows], _water_levels(links[flows, hop], rate[flows], capacity))
+            rate[flows] = np.minimum(rate[flows], _water_levels(links[flows, hop], rate[flows], capacity,
+                                                                presorted and hop == 0))
     if np.isinf(rate).any():
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
     return rate
 
 
-def _water_levels(link: np.ndarray, demand: np.ndarray, capacity: np.ndarray) -> np.ndarray:
+def _water_levels(link: np.ndarray, demand: np.ndarray, capacity: np.ndarray, presorted: bool = False) -> np.ndarray:
     """For each flow, the level of the link it crosses: the rate its flows above the level get when the flows
-    below it keep their demand and the link is full (np.inf where all the demands fit)."""
-    order = np.lexsort((demand, link))
-    link_sorted, wants = link[order], demand[order]
+    below it keep their demand and the link is full (np.inf where all the demands fit). `presorted`: each
+    link's flows already side by side, by demand."""
+    if presorted:
+        link_sorted, wants = link, demand
+    else:
+        order = np.lexsort((demand, link))
+        link_sorted, wants = link[order], demand[order]
     n = len(link_sorted)
     new_link = np.empty(n, dtype=bool)
     new_link[0] = True

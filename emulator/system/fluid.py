@@ -76,33 +76,43 @@ def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
 
 
 def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.ndarray:
-    """Every group's flows event by event, the groups side by side on their own clocks (np.inf: cancelled)."""
-    _, group = np.unique(group, return_inverse=True)
-    now = np.full(group.max() + 1, np.inf)
+    """Every group's flows event by event, the groups side by side on their own clocks (np.inf: cancelled).
+
+    The flows are kept in the order (group, first link, cap): a group's flows side by side, so that its next
+    event is one reduction over its segment, and each first link's flows by cap, the order its water level
+    needs (tree_rates skips that sort). Finished flows drop out, the order kept."""
+    order = np.lexsort((cap, links[:, 0], group))
+    start, size, links, cap, cancel = start[order], size[order], links[order], cap[order], cancel[order]
+    _, group = np.unique(group[order], return_inverse=True)
+    now = np.full(group[-1] + 1, np.inf)
     np.minimum.at(now, group, start)
     left, finish = size.copy(), np.full(len(size), np.nan)
-    pending = np.arange(len(size))
-    while pending.size:
-        g = group[pending]
-        clock = now[g]
-        running = start[pending] <= clock
-        flows = pending[running]
-        rates = np.zeros(len(pending))
-        if flows.size:
-            rates[running] = rates_of(links[flows], capacity, cap[flows])
+    index = np.arange(len(size))
+    kwargs = {"presorted": True} if rates_of is tree_rates else {}
+    while index.size:
+        first = np.ones(len(group), dtype=bool)
+        np.not_equal(group[1:], group[:-1], out=first[1:])
+        bounds = np.flatnonzero(first)
+        clock = now[group]
+        running = start <= clock
+        rates = np.zeros(len(index))
+        if running.any():
+            rates[running] = rates_of(links[running], capacity, cap[running], **kwargs)
         with np.errstate(divide="ignore", invalid="ignore"):
-            to_finish = np.where(running, left[pending] / rates, np.inf)
-        until = np.minimum(to_finish, np.where(running, cancel[pending], start[pending]) - clock)
-        step = np.full(len(now), np.inf)
-        np.minimum.at(step, g, until)
-        taken = step[g]
-        left[pending] -= rates * np.where(running, taken, 0.0)
-        moved = np.isfinite(step)
-        now[moved] += step[moved]
-        clock = now[g]
-        done = running & ((left[pending] <= 1e-12 * size[pending]) | (to_finish <= taken))
-        finish[pending[done]] = clock[done]
-        stopped = ~done & (cancel[pending] <= clock)
-        finish[pending[stopped]] = np.inf
-        pending = pending[~(done | stopped)]
-    return finish
+            to_finish = np.where(running, left / rates, np.inf)
+        until = np.minimum(to_finish, np.where(running, cancel, start) - clock)
+        step = np.minimum.reduceat(until, bounds)
+        taken = step[np.cumsum(first) - 1]
+        left -= rates * np.where(running, taken, 0.0)
+        now[group[bounds]] += np.where(np.isfinite(step), step, 0.0)
+        clock = now[group]
+        done = running & ((left <= 1e-12 * size) | (to_finish <= taken))
+        stopped = ~done & (cancel <= clock)
+        finish[index[done]] = clock[done]
+        finish[index[stopped]] = np.inf
+        keep = ~(done | stopped)
+        index, group, start, size, links, cap, cancel, left = (
+            a[keep] for a in (index, group, start, size, links, cap, cancel, left))
+    out = np.empty_like(finish)
+    out[order] = finish
+    return out
