@@ -42,7 +42,9 @@ def _trace(path) -> str:
 
 def worlds(tmp_path) -> dict[str, dict]:
     rich = small_scenario(rounds=1, **{
-        "system": {"model": "simulated", "deadline_s": 600}, "population.compute": TIERS, "population.network": LINKS,
+        "system": {"model": "simulated", "deadline_s": 600, "network": {
+            "access": {"links": 4, "up_mbps": 2, "down_mbps": 10}, "regions": {"count": 2, "up_mbps": 5, "down_mbps": 20}}},
+        "population.compute": TIERS, "population.network": LINKS,
         "population.availability": [
             {"kind": "diurnal", "share": 0.3, "hours": 24, "timezones": {"offsets_h": [-5, 8]}},
             {"kind": "eligible", "share": 0.1, "requires": ["charging"], "charging": {"start_hour": 0, "hours": 24}},
