@@ -88,6 +88,12 @@ def test_a_device_lost_mid_transfer_frees_its_share_and_a_resume_keeps_the_slowd
     assert comparable(part) == comparable(whole)
     assert _table(part / "participation.csv") == _table(whole / "participation.csv")
     assert sum(int(r["dropped"]) for r in _table(whole / "metrics.csv")) > 0  # the hazard struck mid-round
+    # a transfer cut short by its device's loss is no transfer done: no device went faster than alone
+    slowdowns = [float(d["transfer_slowdown"]) for d in _table(whole / "participation.csv")]
+    assert all(s >= 1 - 1e-9 for s in slowdowns if s == s) and any(s > 1.5 for s in slowdowns if s == s)
+    dropped = [d for d in _table(whole / "participation.csv") if int(d["dropped"]) and not int(d["reported"])
+               and not int(d["cancelled"]) and not int(d["straggled"])]
+    assert dropped and all(d["transfer_slowdown"] == "nan" or float(d["transfer_slowdown"]) >= 1 for d in dropped)
 
 
 def test_without_the_section_the_world_and_its_fingerprint_are_what_they_were():
@@ -149,3 +155,24 @@ def test_devices_attached_by_zone_share_links_only_with_their_zone_and_regions_f
         assert len(np.unique(zone[network.link_of == link])) <= 1
     region_zone = {int(network.region_of_link[network.link_of[k]]): zone[k] for k in range(300)}
     assert len(set(region_zone.values())) == 3
+
+
+def test_the_report_reads_the_waits_and_each_regions_slowdown_from_the_runs(tmp_path):
+    from emulator.analysis.report import write_report
+
+    network = {"access": {"links": 4, "up_mbps": 0.5, "down_mbps": 5}, "regions": {"count": 2, "up_mbps": 1.2,
+                                                                                   "down_mbps": 10}}
+    runs = []
+    for seed in (3, 4):
+        raw = small_scenario(seed=seed, rounds=3, system={"model": "simulated", "network": network})
+        runs.append(run_scenario(validate_scenario(raw), tmp_path / f"run{seed}").path)
+    write_report(runs, tmp_path / "report")
+    text = (tmp_path / "report" / "report.md").read_text()
+    assert "network wait s" in text and "## Shared links by region" in text
+    devices = [d for run in runs for d in _table(run / "participation.csv")]
+    for region in ("0", "1"):
+        mine = [d for d in devices if d["region"] == region]
+        moved = [float(d["transfer_slowdown"]) for d in mine if d["transfer_slowdown"] != "nan"]
+        reports = sum(int(d["reported"]) for d in mine) / sum(int(d["reported"]) for d in devices)
+        row = f"| {region} | {len(mine) / len(devices):.1%} | {reports:.1%} | {np.mean(moved):.2f} |"
+        assert row in text, row

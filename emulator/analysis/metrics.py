@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from emulator.analysis.energy import energy_stats
+from emulator.analysis.network import network_stats
 
 
 def final_accuracy(metrics: pd.DataFrame, last: int = 5) -> float:
@@ -116,6 +117,7 @@ def summarize(metrics: pd.DataFrame, participation: pd.DataFrame | None, target:
         **bias_stats(metrics),
         **privacy_stats(metrics),
         **energy_stats(metrics, participation, target),
+        **network_stats(metrics, participation),
     }
     if target is not None:
         reach = time_to_accuracy(metrics, target)

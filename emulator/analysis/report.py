@@ -11,6 +11,7 @@ import pandas as pd
 
 from emulator.analysis import attack_plots, device_plots, plots
 from emulator.analysis.energy import who_pays_lines
+from emulator.analysis.network import by_region_lines
 from emulator.analysis.figure_style import FIGURE_FORMATS, figure_formats, png_dpi, writing_formats
 from emulator.analysis.metrics import seed_statistics, summarize
 from emulator.analysis.runs import NotARunError, Run, read_runs, select_runs
@@ -44,6 +45,9 @@ COLUMNS = {  # table column -> (heading, format)
     "cancelled_energy_share": ("of it cancelled", "{:.1%}"),
     "top10_energy_share": ("energy of top 10%", "{:.1%}"),
     "aborted": ("aborted", "{:.0f}"),
+    "network_wait_s": ("network wait s", "{:.1f}"),
+    "access_up_busiest": ("busiest cell up", "{:.0%}"),
+    "transfer_slowdown": ("transfer slowdown", "{:.2f}"),
 }
 
 
@@ -263,6 +267,7 @@ def _write_report(run_paths, out: str | Path, target: float | None, last: int, t
     lines += ["", _markdown(table, target, last), ""]
     lines += _notes(table, selection, last, damaged)
     lines += who_pays_lines(groups)
+    lines += by_region_lines(groups)
     for heading, path in figures:
         if path is not None:
             lines += [f"## {heading}", "", f"![{heading}]({path.name})", ""]

@@ -37,6 +37,8 @@ class Transfers:
     alone_up_s: np.ndarray
     bytes_down: int
     bytes_up: int
+    downloaded: np.ndarray  # the download completed (before its device was lost)
+    uploaded: np.ndarray
 
 
 class Network:
@@ -105,20 +107,22 @@ class Network:
         download_done = _timed(begin, bytes_down, paths, self.capacity["down"], down_cap, lost_at)
         upload_from = download_done + compute_s + latency_s
         finish = _timed(upload_from, bytes_up, paths, self.capacity["up"], up_cap, lost_at)
+        downloaded, uploaded = np.isfinite(download_done), np.isfinite(finish)
         # a transfer cancelled when its device was lost: done just after, so that it counts as not done by then
         lost = np.isfinite(lost_at)
         for done in (download_done, finish):
             cut = np.isinf(done) & lost & np.isfinite(start)
             done[cut] = np.nextafter(lost_at[cut], np.inf)
         return Transfers(paths, begin, download_done, upload_from, finish, bytes_down / down_cap, bytes_up / up_cap,
-                         int(bytes_down), int(bytes_up))
+                         int(bytes_down), int(bytes_up), downloaded, uploaded)
 
     def close_round(self, devices: np.ndarray, shared: Transfers, started: float, closed: float) -> dict[str, float]:
         """metrics.csv's network columns of a round closed at `closed`, from the transfers completed by then:
         the mean and largest seconds a device's transfers waited for capacity (beyond their time alone), and
         each tier's busiest link's utilisation each way (bytes completed over capacity x the round's length).
         Each device's slowdown (time taken over time alone) joins its running mean (participation.csv)."""
-        down_ok, up_ok = shared.download_done <= closed, shared.finish <= closed
+        down_ok = shared.downloaded & (shared.download_done <= closed)
+        up_ok = shared.uploaded & (shared.finish <= closed)
         taken = np.where(down_ok, shared.download_done - shared.begin, 0.0) + np.where(
             up_ok, shared.finish - shared.upload_from, 0.0)
         alone = np.where(down_ok, shared.alone_down_s, 0.0) + np.where(up_ok, shared.alone_up_s, 0.0)
