@@ -137,7 +137,8 @@ def test_on_a_tree_the_tier_by_tier_levels_are_the_max_min_rates(seed):
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed):
+@pytest.mark.parametrize("only_cells_fill", [False, True])
+def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed, only_cells_fill):
     """finish_times leaves out links whose flows' caps fit in them and advances groups sharing no link side by
     side on their own clocks; run as one group, event by event over every flow and link, the times are the
     same; and on a tree the tier-by-tier rates give them too."""
@@ -147,6 +148,8 @@ def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed)
     links, capacity, cap = strict_tree(rng, 60, 12, 3)
     capacity[-1] = 1e9  # a roomy server link: cells and regions form separate groups
     capacity[rng.random(len(capacity)) < 0.4] *= 50  # and some other links roomy enough never to fill
+    if only_cells_fill:  # regions roomy too: a flow's rate is its cap lowered to its cell's level alone
+        capacity[12:] = 1e9
     start = rng.uniform(0, 20, 60)
     size = rng.uniform(5, 50, 60)
     cancel = np.where(rng.random(60) < 0.2, start + rng.uniform(0, 10, 60), np.inf)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.system.fair_share import _check, max_min_rates, tree_rates
+from emulator.system.fair_share import _check, _water_levels, max_min_rates, tree_rates
 
 
 def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
@@ -80,7 +80,8 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
 
     The flows are kept in the order (group, first link, cap): a group's flows side by side, so that its next
     event is one reduction over its segment, and each first link's flows by cap, the order its water level
-    needs (tree_rates skips that sort). Finished flows drop out, the order kept."""
+    needs (that sort skipped). Finished flows drop out, the order kept. Where only first links can fill (a
+    tree whose upper links are roomy), a flow's rate is its cap lowered to its first link's level alone."""
     order = np.lexsort((cap, links[:, 0], group))
     start, size, links, cap, cancel = start[order], size[order], links[order], cap[order], cancel[order]
     _, group = np.unique(group[order], return_inverse=True)
@@ -88,7 +89,8 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
     np.minimum.at(now, group, start)
     left, finish = size.copy(), np.full(len(size), np.nan)
     index = np.arange(len(size))
-    kwargs = {"presorted": True} if rates_of is tree_rates else {}
+    first_only = rates_of is tree_rates and bool((links[:, 1:] < 0).all()) and bool((links[:, 0] >= 0).all())
+    first_link = links[:, 0]
     while index.size:
         first = np.ones(len(group), dtype=bool)
         np.not_equal(group[1:], group[:-1], out=first[1:])
@@ -96,23 +98,26 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
         clock = now[group]
         running = start <= clock
         rates = np.zeros(len(index))
-        if running.any():
-            rates[running] = rates_of(links[running], capacity, cap[running], **kwargs)
+        if first_only:
+            rates[running] = np.minimum(cap[running], _water_levels(first_link[running], cap[running], capacity, True))
+        elif running.any():
+            rates[running] = rates_of(links[running], capacity, cap[running],
+                                      **({"presorted": True} if rates_of is tree_rates else {}))
         with np.errstate(divide="ignore", invalid="ignore"):
             to_finish = np.where(running, left / rates, np.inf)
         until = np.minimum(to_finish, np.where(running, cancel, start) - clock)
         step = np.minimum.reduceat(until, bounds)
         taken = step[np.cumsum(first) - 1]
-        left -= rates * np.where(running, taken, 0.0)
-        now[group[bounds]] += np.where(np.isfinite(step), step, 0.0)
+        left -= rates * taken
+        now[group[bounds]] += step
         clock = now[group]
         done = running & ((left <= 1e-12 * size) | (to_finish <= taken))
         stopped = ~done & (cancel <= clock)
         finish[index[done]] = clock[done]
         finish[index[stopped]] = np.inf
         keep = ~(done | stopped)
-        index, group, start, size, links, cap, cancel, left = (
-            a[keep] for a in (index, group, start, size, links, cap, cancel, left))
+        index, group, start, size, links, first_link, cap, cancel, left = (
+            a[keep] for a in (index, group, start, size, links, first_link, cap, cancel, left))
     out = np.empty_like(finish)
     out[order] = finish
     return out
