@@ -49,12 +49,20 @@ def kept(summary: dict, accuracy: dict, through: int | None) -> bool:
     return bool(accuracy) and max(accuracy) >= through
 
 
-def emulator_run(folder: Path, through: int | None = None) -> Run | None:
+def _kept_run(folder: Path, through: int | None) -> tuple[dict, dict] | None:
+    """An emulator run's scenario and accuracy by round, if `kept` keeps it."""
     summary = json.loads((folder / "summary.json").read_text())
     accuracy = read_accuracy(folder / "metrics.csv")
     if not kept(summary, accuracy, through):
         return None
-    scenario = yaml.safe_load((folder / "scenario.yaml").read_text())
+    return yaml.safe_load((folder / "scenario.yaml").read_text()), accuracy
+
+
+def emulator_run(folder: Path, through: int | None = None) -> Run | None:
+    read = _kept_run(folder, through)
+    if read is None:
+        return None
+    scenario, accuracy = read
     algorithm = scenario["algorithm"]
     q = algorithm.get("q")
     name = "fedavg" if algorithm["name"] == "fedavg" or q in (0, 0.0) else f"fast q={q:g}"
@@ -63,11 +71,10 @@ def emulator_run(folder: Path, through: int | None = None) -> Run | None:
 
 
 def safari_run(folder: Path, through: int | None = None) -> Run | None:
-    summary = json.loads((folder / "summary.json").read_text())
-    accuracy = read_accuracy(folder / "metrics.csv")
-    if not kept(summary, accuracy, through):
+    read = _kept_run(folder, through)
+    if read is None:
         return None
-    scenario = yaml.safe_load((folder / "scenario.yaml").read_text())
+    scenario, accuracy = read
     algorithm, data = scenario["algorithm"], scenario["data"]
     server = (data.get("server_set") or {}).get("size", 0)
     name = "fedavg" if algorithm.get("q") in (1, 1.0) else f"safari q={algorithm['q']:g}, {server} server samples"

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pandas as pd
 
+from emulator.analysis.runs import pooled_participation
+
 GROUPINGS = (("link", "radio"), ("timezone_h", "time zone (h from UTC)"), ("compute_tier", "compute tier"),
              ("network_tier", "network tier"), ("type", "type"), ("availability", "availability entry"))
 
@@ -54,10 +56,9 @@ def who_pays_lines(groups: dict[str, list]) -> list[str]:
     devices and of the energy, so a group that pays more than its share stands out."""
     lines = []
     for label, runs in groups.items():
-        tables = [r.participation for r in runs if r.participation is not None and "energy_j" in r.participation]
-        if not tables:
+        pooled = pooled_participation(runs, "energy_j")
+        if pooled is None:
             continue
-        pooled = pd.concat(tables, ignore_index=True)
         lines += [f"**{label}**: the top 10% of devices bore {top_share(pooled['energy_j']):.1%} of the energy.", "",
                   "| grouping | group | share of devices | share of energy |", "|---|---|---|---|"]
         for column, name in GROUPINGS:

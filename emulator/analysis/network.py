@@ -7,6 +7,8 @@ import math
 
 import pandas as pd
 
+from emulator.analysis.runs import pooled_participation
+
 GROUPINGS = (("region", "region"), ("timezone_h", "time zone (h from UTC)"))
 
 
@@ -37,11 +39,9 @@ def by_region_lines(groups: dict[str, list]) -> list[str]:
     because its links are crowded stands out."""
     lines = []
     for label, runs in groups.items():
-        tables = [r.participation for r in runs
-                  if r.participation is not None and "transfer_slowdown" in r.participation]
-        if not tables:
+        pooled = pooled_participation(runs, "transfer_slowdown")
+        if pooled is None:
             continue
-        pooled = pd.concat(tables, ignore_index=True)
         column, name = next(((c, n) for c, n in GROUPINGS if c in pooled and pooled[c].nunique() > 1),
                             ("access_link", "access link"))
         lines += [f"**{label}**, by {name}:", "",

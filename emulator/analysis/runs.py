@@ -132,6 +132,13 @@ def read_runs(paths) -> tuple[list[Run], list[tuple[Path, DamagedRunError]]]:
     return runs, damaged
 
 
+def pooled_participation(runs: list[Run], column: str) -> pd.DataFrame | None:
+    """The participation.csv rows of an experiment's runs (its seeds) that have `column`, as one table (None:
+    no run has it): a report section's by-group figures read the seeds together."""
+    tables = [r.participation for r in runs if r.participation is not None and column in r.participation]
+    return pd.concat(tables, ignore_index=True) if tables else None
+
+
 def load_metrics(run_dir: str | Path, evaluated_only: bool = True) -> pd.DataFrame:
     """A run's metrics.csv. By default only the rounds with a test evaluation, so that
     `load_metrics(d).plot(x="sim_time_s", y="test_acc")` draws a line (test_acc is empty on rounds without
