@@ -164,3 +164,12 @@ def test_no_flows_finish_at_no_times():
     from emulator.system.fluid import finish_times
 
     assert finish_times([], [], np.zeros((0, 2), np.int64), [1.0], []).shape == (0,)
+
+
+@pytest.mark.parametrize("tree", [False, True])
+def test_a_link_idle_between_its_flows_waits_for_the_next_one(tree):
+    """Two flows that could fill a link between them, one after the other: each alone at its cap."""
+    from emulator.system.fluid import finish_times
+
+    times = finish_times([0, 5], [1.0, 1.0], [[0, -1], [0, -1]], [1.5, 10.0], [1.0, 1.0], tree=tree)
+    assert np.allclose(times, [1.0, 6.0])

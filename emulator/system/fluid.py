@@ -98,7 +98,7 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
         clock = now[group]
         running = start <= clock
         rates = np.zeros(len(index))
-        if first_only:
+        if first_only and running.any():
             rates[running] = np.minimum(cap[running], _water_levels(first_link[running], cap[running], capacity, True))
         elif running.any():
             rates[running] = rates_of(links[running], capacity, cap[running],
