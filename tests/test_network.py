@@ -176,3 +176,16 @@ def test_the_report_reads_the_waits_and_each_regions_slowdown_from_the_runs(tmp_
         reports = sum(int(d["reported"]) for d in mine) / sum(int(d["reported"]) for d in devices)
         row = f"| {region} | {len(mine) / len(devices):.1%} | {reports:.1%} | {np.mean(moved):.2f} |"
         assert row in text, row
+
+
+def test_validate_counts_the_bytes_the_shared_links_keep_for_each_device():
+    """footprint.py's bytes a device are what the network really allocates per device."""
+    from emulator.system.footprint import estimate
+
+    raw = small_scenario(**{"population.devices": 500, "system": {"model": "simulated", "network": {
+        "access": {"links": 7, "up_mbps": 1, "down_mbps": 5}, "regions": {"count": 3, "up_mbps": 5, "down_mbps": 9}}}})
+    scenario = validate_scenario(raw)
+    network = SimulatedSystem(scenario).network
+    held = sum(a.nbytes for a in vars(network).values() if isinstance(a, np.ndarray) and a.shape == (500,))
+    assert estimate(scenario).parts["shared links"] == held
+    assert "shared links" not in estimate(validate_scenario(small_scenario(system={"model": "simulated"}))).parts

@@ -29,6 +29,9 @@ TRAINING_COPIES = {"sgd": 4, "adam": 6}
 # float64; tracked, charges, the cached answer as flags).
 ENERGY_BYTES_PER_DEVICE = 4 * 8 + 1
 BATTERY_BYTES_PER_DEVICE = 7 * 8 + 3
+# system.network: each device's access link (int32) and its transfers' summed slowdown (float64) and rounds
+# (int32) for participation.csv (system/network.py)
+NETWORK_BYTES_PER_DEVICE = 4 + 8 + 4
 
 
 @dataclass
@@ -76,6 +79,8 @@ def estimate(scenario, runners: int | None = None) -> Footprint:
         batteries = any(entry.kind == "eligible" for entry in scenario.population.availability)
         parts["energy and batteries" if batteries else "energy"] = devices * (
             ENERGY_BYTES_PER_DEVICE + (BATTERY_BYTES_PER_DEVICE if batteries else 0))
+    if scenario.system.network is not None:
+        parts["shared links"] = devices * NETWORK_BYTES_PER_DEVICE
     counts = samples_of(scenario.data, devices)
     entry = DATASETS.get(scenario.data.dataset)
     shape = entry.fact("input_shape")
