@@ -173,3 +173,29 @@ def test_a_link_idle_between_its_flows_waits_for_the_next_one(tree):
 
     times = finish_times([0, 5], [1.0, 1.0], [[0, -1], [0, -1]], [1.5, 10.0], [1.0, 1.0], tree=tree)
     assert np.allclose(times, [1.0, 6.0])
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
+    """one_bottleneck.py (held flows on one virtual clock, an event touching only its cell and the flows whose
+    demand the level crossed) against the lockstep loop recomputing every rate at every event."""
+    from emulator.system.fluid import _advance
+    from emulator.system.fair_share import tree_rates
+    from emulator.system.one_bottleneck import finish_behind_one_link
+
+    rng = np.random.default_rng(seed)
+    n, cells = int(rng.integers(20, 90)), int(rng.integers(2, 12))
+    first = rng.integers(0, cells, n)
+    first_capacity = rng.lognormal(2, 1, cells)
+    first_capacity[rng.random(cells) < 0.3] = np.inf  # cells that cannot fill
+    top, cap = float(rng.lognormal(3, 1)), rng.lognormal(1.5, 1, n)
+    start, size = rng.uniform(0, 20, n), rng.uniform(5, 50, n)
+    cancel = np.where(rng.random(n) < 0.2, start + rng.uniform(0, 10, n), np.inf)
+    got = finish_behind_one_link(start.tolist(), size.tolist(), first.tolist(), first_capacity.tolist(), top,
+                                 cap.tolist(), cancel.tolist())
+    capacity = np.r_[np.where(np.isinf(first_capacity), 1e18, first_capacity), top]
+    whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), capacity, cap, cancel,
+                     np.zeros(n, np.int64), tree_rates)
+    whole[whole > cancel] = np.inf
+    assert np.array_equal(np.isinf(got), np.isinf(whole)) and np.isinf(whole).any()
+    assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)

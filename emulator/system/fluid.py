@@ -8,13 +8,16 @@ cell), so the work is cut three ways, none changing a completion time:
 - the flows left fall into groups that share no link, and the groups advance side by side, each on its own
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
-- on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier.
+- on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier;
+- a group held together by one upper link (a region's, the server's) with only first links below it runs
+  in one_bottleneck.py, where an event costs microseconds instead of recomputing the group's every rate.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from emulator.system.fair_share import _check, _water_levels, max_min_rates, tree_rates
+from emulator.system.one_bottleneck import finish_behind_one_link
 
 
 def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
@@ -44,10 +47,30 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     shared = np.flatnonzero(starts & ~alone)
     if shared.size:
         group = _tree_groups(links[shared]) if tree else _groups(links[shared], len(capacity))
-        finish[shared] = _advance(start[shared], size[shared], links[shared], capacity, cap[shared], cancel[shared],
-                                  group, tree_rates if tree else max_min_rates)
+        one_link = _behind_one_link(links[shared], group) if tree else np.zeros(len(shared), dtype=bool)
+        roomy = np.append(capacity, np.inf).tolist()  # first links by id; -1 (left out: cannot fill) last
+        for top in np.unique(group[one_link]):
+            flows = shared[group == top]
+            finish[flows] = finish_behind_one_link(
+                start[flows].tolist(), size[flows].tolist(), links[flows, 0].tolist(), roomy, float(capacity[top]),
+                cap[flows].tolist(), cancel[flows].tolist())
+        rest = ~one_link
+        if rest.any():
+            flows = shared[rest]
+            finish[flows] = _advance(start[flows], size[flows], links[flows], capacity, cap[flows], cancel[flows],
+                                     group[rest], tree_rates if tree else max_min_rates)
     finish[finish > cancel] = np.inf
     return finish
+
+
+def _behind_one_link(links: np.ndarray, group: np.ndarray) -> np.ndarray:
+    """The flows of groups held together by one upper link with nothing but first links below it: those
+    one_bottleneck.py runs (one event at a time, a few microseconds each) instead of the lockstep."""
+    crossing = links >= 0
+    highest = links.shape[1] - 1 - np.argmax(crossing[:, ::-1], axis=1)
+    middle = crossing[:, 1:] & (np.arange(1, links.shape[1]) < highest[:, None])
+    shaped = (highest >= 1) & ~middle.any(axis=1)
+    return shaped & ~np.isin(group, group[~shaped])
 
 
 def _tree_groups(links: np.ndarray) -> np.ndarray:
