@@ -55,18 +55,12 @@ class Network:
             else:
                 self.link_of = stream.integers(0, links, devices).astype(np.int32)
         self.access_links = links
-        regions = config.regions
+        regions = config.regions  # its rules (a region for every zone, none empty) checked by the schema
         if regions is None:
             self.region_of_link = None
         elif regions.by == "zone":
-            if zone_of is None:
-                raise ScenarioFieldError("system.network.regions.by", "regions by zone need access links by zone: "
-                                         "set system.network.access.attach: zone")
             self.region_of_link = zone_of
         else:
-            if regions.count > links:
-                raise ScenarioFieldError("system.network.regions.count", f"{regions.count} regions but {links} access "
-                                         "links: a region would serve no device; use at most as many as access links")
             self.region_of_link = (np.arange(links) % regions.count).astype(np.int32)
         self.regions = 0 if self.region_of_link is None else int(self.region_of_link.max()) + 1
         self.has_server = config.server is not None
@@ -180,14 +174,9 @@ def _timed(begin, nbytes, paths, capacity, cap, lost_at) -> np.ndarray:
 
 
 def _attach_by_zone(devices: int, links: int, timezone_h, stream) -> tuple[np.ndarray, np.ndarray]:
-    """Each device to a link of its own time zone; the links dealt to zones by their devices (one at least)."""
-    if timezone_h is None or np.isnan(timezone_h).any():
-        raise ScenarioFieldError("system.network.access.attach", "attach: zone needs every device in a time zone "
-                                 "(diurnal or eligible availability); use attach: drawn")
+    """Each device to a link of its own time zone; the links dealt to zones by their devices (one at least: the
+    schema checked that every device has a zone and that there are links enough)."""
     zones, zone = np.unique(timezone_h, return_inverse=True)
-    if links < len(zones):
-        raise ScenarioFieldError("system.network.access", f"{links} access links for {len(zones)} time zones: give "
-                                 "each zone one at least (more links, or fewer devices_per_link)")
     counts = np.bincount(zone, minlength=len(zones))
     share = 1 + np.floor((links - len(zones)) * counts / counts.sum()).astype(np.int64)
     share[np.argsort(-counts)[:links - share.sum()]] += 1  # the remainder to the largest zones
