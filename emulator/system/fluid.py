@@ -36,8 +36,7 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     starts = np.isfinite(start) & (cancel > start)
     links[~starts] = -1
     crossing = links >= 0
-    demand = np.zeros(len(capacity))
-    np.add.at(demand, links[crossing], np.broadcast_to(cap[:, None], links.shape)[crossing])
+    demand = np.bincount(links[crossing], np.broadcast_to(cap[:, None], links.shape)[crossing], len(capacity))
     links[crossing & (demand[np.maximum(links, 0)] <= capacity[np.maximum(links, 0)])] = -1  # never fill
     finish = np.full(len(cap), np.inf)
     alone = starts & (links < 0).all(axis=1)
@@ -108,8 +107,7 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
     order = np.lexsort((cap, links[:, 0], group))
     start, size, links, cap, cancel = start[order], size[order], links[order], cap[order], cancel[order]
     _, group = np.unique(group[order], return_inverse=True)
-    now = np.full(group[-1] + 1, np.inf)
-    np.minimum.at(now, group, start)
+    now = np.minimum.reduceat(start, np.flatnonzero(np.diff(group, prepend=-1)))  # each group's first start
     left, finish = size.copy(), np.full(len(size), np.nan)
     index = np.arange(len(size))
     first_only = rates_of is tree_rates and bool((links[:, 1:] < 0).all()) and bool((links[:, 0] >= 0).all())

@@ -123,8 +123,9 @@ class Network:
         moved = down_ok | up_ok
         wait = np.maximum(taken - alone, 0.0)[moved]
         with np.errstate(divide="ignore", invalid="ignore"):
-            np.add.at(self.slowdown_sum, devices[moved], np.where(alone[moved] > 0, taken[moved] / alone[moved], 1.0))
-        np.add.at(self.transfer_rounds, devices[moved], 1)
+            slowdown = np.where(alone[moved] > 0, taken[moved] / alone[moved], 1.0)
+        self.slowdown_sum[devices[moved]] += slowdown  # a round's devices are distinct
+        self.transfer_rounds[devices[moved]] += 1
         columns = {"network_wait_s": float(wait.mean()) if wait.size else 0.0,
                    "network_wait_max_s": float(wait.max()) if wait.size else 0.0}
         length = max(closed - started, 1e-9)
