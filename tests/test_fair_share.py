@@ -153,7 +153,7 @@ def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed,
     start = rng.uniform(0, 20, 60)
     size = rng.uniform(5, 50, 60)
     cancel = np.where(rng.random(60) < 0.2, start + rng.uniform(0, 10, 60), np.inf)
-    whole = _advance(start, size, links, capacity, cap, cancel, np.zeros(60, np.int64), max_min_rates)
+    whole = _advance(start, size, links, capacity, cap, cancel, np.zeros(60, np.int64), tree=False)
     whole[whole > cancel] = np.inf
     assert np.allclose(finish_times(start, size, links, capacity, cap, cancel), whole, rtol=1e-9)
     assert np.allclose(finish_times(start, size, links, capacity, cap, cancel, tree=True), whole, rtol=1e-9)
@@ -180,7 +180,6 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     """one_bottleneck.py (held flows on one virtual clock, an event touching only its cell and the flows whose
     demand the level crossed) against the lockstep loop recomputing every rate at every event."""
     from emulator.system.fluid import _advance
-    from emulator.system.fair_share import tree_rates
     from emulator.system.one_bottleneck import finish_behind_one_link
 
     rng = np.random.default_rng(seed)
@@ -195,7 +194,7 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
                                  cap.tolist(), cancel.tolist())
     capacity = np.r_[np.where(np.isinf(first_capacity), 1e18, first_capacity), top]
     whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), capacity, cap, cancel,
-                     np.zeros(n, np.int64), tree_rates)
+                     np.zeros(n, np.int64), tree=True)
     whole[whole > cancel] = np.inf
     assert np.array_equal(np.isinf(got), np.isinf(whole)) and np.isinf(whole).any()
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)

@@ -47,7 +47,7 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     if shared.size:
         group = _tree_groups(links[shared]) if tree else _groups(links[shared], len(capacity))
         one_link = _behind_one_link(links[shared], group) if tree else np.zeros(len(shared), dtype=bool)
-        roomy = np.append(capacity, np.inf).tolist()  # first links by id; -1 (left out: cannot fill) last
+        roomy = np.append(capacity, np.inf).tolist() if one_link.any() else []  # by id; -1 (cannot fill) last
         for top in np.unique(group[one_link]):
             flows = shared[group == top]
             finish[flows] = finish_behind_one_link(
@@ -57,7 +57,7 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
         if rest.any():
             flows = shared[rest]
             finish[flows] = _advance(start[flows], size[flows], links[flows], capacity, cap[flows], cancel[flows],
-                                     group[rest], tree_rates if tree else max_min_rates)
+                                     group[rest], tree)
     finish[finish > cancel] = np.inf
     return finish
 
@@ -66,16 +66,20 @@ def _behind_one_link(links: np.ndarray, group: np.ndarray) -> np.ndarray:
     """The flows of groups held together by one upper link with nothing but first links below it: those
     one_bottleneck.py runs (one event at a time, a few microseconds each) instead of the lockstep."""
     crossing = links >= 0
-    highest = links.shape[1] - 1 - np.argmax(crossing[:, ::-1], axis=1)
+    highest = _highest_hop(links)
     middle = crossing[:, 1:] & (np.arange(1, links.shape[1]) < highest[:, None])
     shaped = (highest >= 1) & ~middle.any(axis=1)
     return shaped & ~np.isin(group, group[~shaped])
 
 
+def _highest_hop(links: np.ndarray) -> np.ndarray:
+    """Each flow's last column that names a link: on a tree, its highest link."""
+    return links.shape[1] - 1 - np.argmax((links >= 0)[:, ::-1], axis=1)
+
+
 def _tree_groups(links: np.ndarray) -> np.ndarray:
     """On a tree, flows that share a link share every link above it: a flow's group is its highest link."""
-    highest = links.shape[1] - 1 - np.argmax((links >= 0)[:, ::-1], axis=1)
-    return links[np.arange(len(links)), highest]
+    return links[np.arange(len(links)), _highest_hop(links)]
 
 
 def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
@@ -97,8 +101,9 @@ def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
     return np.array([root(next(h for h in hops if h >= 0)) for hops in links.tolist()], dtype=np.int64)
 
 
-def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.ndarray:
-    """Every group's flows event by event, the groups side by side on their own clocks (np.inf: cancelled).
+def _advance(start, size, links, capacity, cap, cancel, group, tree: bool) -> np.ndarray:
+    """Every group's flows event by event, the groups side by side on their own clocks (np.inf: cancelled);
+    the rates by fair_share.tree_rates on a tree, else by the general filling (max_min_rates).
 
     The flows are kept in the order (group, first link, cap): a group's flows side by side, so that its next
     event is one reduction over its segment, and each first link's flows by cap, the order its water level
@@ -110,7 +115,7 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
     now = np.minimum.reduceat(start, np.flatnonzero(np.diff(group, prepend=-1)))  # each group's first start
     left, finish = size.copy(), np.full(len(size), np.nan)
     index = np.arange(len(size))
-    first_only = rates_of is tree_rates and bool((links[:, 1:] < 0).all()) and bool((links[:, 0] >= 0).all())
+    first_only = tree and bool((links[:, 1:] < 0).all()) and bool((links[:, 0] >= 0).all())
     first_link = links[:, 0]
     while index.size:
         first = np.ones(len(group), dtype=bool)
@@ -121,9 +126,10 @@ def _advance(start, size, links, capacity, cap, cancel, group, rates_of) -> np.n
         rates = np.zeros(len(index))
         if first_only and running.any():
             rates[running] = np.minimum(cap[running], _water_levels(first_link[running], cap[running], capacity, True))
+        elif tree and running.any():
+            rates[running] = tree_rates(links[running], capacity, cap[running], presorted=True)
         elif running.any():
-            rates[running] = rates_of(links[running], capacity, cap[running],
-                                      **({"presorted": True} if rates_of is tree_rates else {}))
+            rates[running] = max_min_rates(links[running], capacity, cap[running])
         with np.errstate(divide="ignore", invalid="ignore"):
             to_finish = np.where(running, left / rates, np.inf)
         until = np.minimum(to_finish, np.where(running, cancel, start) - clock)

@@ -89,8 +89,7 @@ def finish_behind_one_link(start, size, first, first_capacity, top_capacity: flo
 
     def leave(f, when):
         finish[f] = when
-        remaining = 0.0
-        become(f, 3, remaining)
+        become(f, 3, 0.0)
         cell = first[f]
         if cell in members:
             members[cell].remove(f)
@@ -136,7 +135,9 @@ def finish_behind_one_link(start, size, first, first_capacity, top_capacity: flo
 
 
 def _water_level(caps: list[float], capacity: float) -> float:
-    """The level at which flows of these caps (ascending) fill `capacity` (math.inf if they all fit)."""
+    """The level at which flows of these caps (ascending) fill `capacity` (math.inf if they all fit):
+    fair_share._water_levels for one link, in plain Python (a cell's handful of flows, where numpy's calls
+    would cost more than the arithmetic)."""
     below, n = 0.0, len(caps)
     for k, c in enumerate(caps):
         if below + (n - k) * c >= capacity:
