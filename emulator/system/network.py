@@ -42,7 +42,8 @@ class Transfers:
 
 
 class Network:
-    def __init__(self, config, devices: int, seed: int, timezone_h: np.ndarray | None = None):
+    def __init__(self, config, devices: int, seed: int, timezone_h=None):
+        """`timezone_h`: a callable giving each device's time zone, asked only where devices attach by zone."""
         access = config.access
         stream = rng(seed, "network")
         zone_of = None
@@ -51,7 +52,7 @@ class Network:
         else:
             links = access.links or max(1, math.ceil(devices / access.devices_per_link))
             if access.attach == "zone":
-                self.link_of, zone_of = _attach_by_zone(devices, links, timezone_h, stream)
+                self.link_of, zone_of = _attach_by_zone(devices, links, timezone_h(), stream)
             else:
                 self.link_of = stream.integers(0, links, devices).astype(np.int32)
         self.access_links = links

@@ -60,7 +60,7 @@ class SimulatedSystem(SystemModel):
             self.energy, population.devices, scenario.seed, self.availability, self.entries, self.profiles)
         self.batteries = None if self.fleet_energy is None else self.fleet_energy.batteries  # None: no level known
         self.network = None if config.network is None else Network(
-            config.network, population.devices, scenario.seed, self.availability.timezone_h())
+            config.network, population.devices, scenario.seed, self.availability.timezone_h)
         self.eligible = self.availability.eligible_members()  # whose going offline is an abort (None: nobody's)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
