@@ -208,6 +208,8 @@ class DeviceRunner(RunnerEvaluation):
                      vectorise: bool, rows: np.ndarray | None = None) -> list[ClientUpdate]:
         """`rows`: where devices trained one by one write their updates (see _fold_rows)."""
         if _one_by_one(jobs, vectorise):
+            if self.device.type == "cpu":  # a stored federation's rows read from disk while the first devices train
+                self._run(run)[0].federation.read_ahead([job.device for job in jobs])
             return [self.train(run, global_params, job, None if rows is None else rows[i])
                     for i, job in enumerate(jobs)]
         context, model = self._run(run)
