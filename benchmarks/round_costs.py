@@ -49,14 +49,17 @@ def population_child(rounds: int, out: str) -> None:
     from emulator.parts import load_scenario
     from emulator.runtime import inline
 
-    tally = {"fetched": 0, "other": 0, "put": 0, "wait_s": 0.0}
+    tally = {"fetched": 0, "sums": 0, "other": 0, "put": 0, "wait_s": 0.0}
     get, put, wait = inline.get, inline.put, inline.wait
 
     def counting_get(ref):
         value = get(ref)
         first = value[0] if isinstance(value, list) and value else value
         from_runner = type(first).__name__ in RUNNER_RESULTS  # the server's own replies are counted apart
-        tally["fetched" if from_runner else "other"] += len(pickle.dumps(value, protocol=5))
+        size = len(pickle.dumps(value, protocol=5))
+        tally["fetched" if from_runner else "other"] += size
+        if type(first).__name__ in ("HeldSum", "PartialSum"):  # of that, the runners' sums
+            tally["sums"] += size
         return value
 
     def counting_put(value, *args, **kwargs):
@@ -86,19 +89,23 @@ def population_child(rounds: int, out: str) -> None:
     (t0, first, _, _), (t1, last, _, _) = marks[0], marks[-1]  # round 1 warms up: rounds 2.. are measured
     n = len(marks) - 1
     parts = ("train_s", "task_s", "data_s", "load_s", "delta_s", "fold_s")
-    rounds = []  # each measured round: the slowest runner's training, and its tasks' seconds part by part
+    rounds, spreads = [], []  # each measured round: the slowest runner's training, its tasks' seconds part by part
     for (_, _, _, before), (_, _, _, after) in zip(marks, marks[1:]):
         spent = [{k: after[pid].get(k, 0.0) - before.get(pid, {}).get(k, 0.0) for k in parts} for pid in after]
         slowest = max(spent, key=lambda s: s["train_s"], default=dict.fromkeys(parts, 0.0))
         rounds.append(slowest)
+        tasks = [s["task_s"] for s in spent]
+        spreads.append(max(tasks) - min(tasks) if tasks else 0.0)  # how long the runner done first waited
     runner = {k: statistics.mean(r[k] for r in rounds) for k in parts}
     print(json.dumps({"status": result.summary["status"], "round_s": (t1 - t0) / n,
                       "fetched_per_round": (last["fetched"] - first["fetched"]) / n,
+                      "sums_per_round": (last.get("sums", 0) - first.get("sums", 0)) / n,
                       "other_per_round": (last["other"] - first["other"]) / n,
                       "put_per_round": (last["put"] - first["put"]) / n,
                       "wait_s": (last["wait_s"] - first["wait_s"]) / n,
                       "participants": statistics.mean(p for _, _, p, _ in marks[1:]), "runners": os.cpu_count(),
-                      "training_s": runner["train_s"], "tasks_s": runner["task_s"], "data_s": runner["data_s"],
+                      "spread_s": statistics.mean(spreads), "training_s": runner["train_s"],
+                      "tasks_s": runner["task_s"], "data_s": runner["data_s"],
                       "load_s": runner["load_s"], "delta_s": runner["delta_s"], "fold_s": runner["fold_s"]}))
 
 
@@ -232,24 +239,26 @@ def main() -> None:
         print(f"\n(a) population_100k, {reports} reports a round, {runners} runners, model {model / 1e6:.3f} MB; "
               f"{runners} plain loops side by side, {reports // runners} devices each: {training:.2f} s")
         print("| contender | round s | training s | outside training s | in runner tasks s | of which data, load, "
-              "update, fold s | rest s | server waits s | from runners MB | in models | put MB | server's replies MB |")
+              "update, fold s | rest s | server waits s | from runners MB | their sums, models a runner | put MB "
+              "| server's replies MB |")
         print("|---|---|---|---|---|---|---|---|---|---|---|---|")
-        keys = ("round_s", "fetched_per_round", "put_per_round", "wait_s", "other_per_round", "training_s", "tasks_s",
-                "data_s", "load_s", "delta_s", "fold_s")
+        keys = ("round_s", "fetched_per_round", "sums_per_round", "put_per_round", "wait_s", "other_per_round",
+                "training_s", "tasks_s", "data_s", "load_s", "delta_s", "fold_s")
         for name, rs in runs.items():
             r = {k: statistics.median(x[k] for x in rs) for k in keys}
             print(f"| {name} | {r['round_s']:.2f} | {r['training_s']:.2f} | {r['round_s'] - r['training_s']:.2f} "
                   f"| {r['tasks_s'] - r['training_s']:.2f} "
                   f"| {r['data_s']:.2f}, {r['load_s']:.2f}, {r['delta_s']:.2f}, {r['fold_s']:.2f} "
                   f"| {r['round_s'] - r['tasks_s']:.2f} | {r['wait_s']:.2f} "
-                  f"| {r['fetched_per_round'] / 1e6:.2f} | {r['fetched_per_round'] / model:.1f} "
+                  f"| {r['fetched_per_round'] / 1e6:.2f} | {r['sums_per_round'] / model / runners:.3f} "
                   f"| {r['put_per_round'] / 1e6:.2f} | {r['other_per_round'] / 1e6:.2f} |")
         print("training: the slowest runner's seconds in local training a round (train_locally, or a vectorised "
               "cohort), timed in its process; outside training: the rest of the round; of that, in runner tasks: "
               "that runner's tasks beyond their training, and in them: reading each device's data, loading the global "
               "model, reading the update back (model minus global), folding updates into the runner's sum; rest: "
               "the round beyond that runner's tasks (the system model, the server, Ray's round trips, waiting on "
-              "the other runners).")
+              "the other runners); from the runners: every training result fetched (tasks' receipts or updates, "
+              "and the runners' sums), of which the sums in model sizes a runner.")
     if "b" in args.only:
         seconds: dict[str, list[float]] = {name: [] for name in contenders}
         for _ in range(args.repeat):

@@ -8,7 +8,8 @@ import pickle
 import numpy as np
 import pytest
 
-from emulator.aggregation.exact import ExactSum
+from emulator.aggregation import exact
+from emulator.aggregation.exact import ExactSum, unit_for
 from emulator.aggregation.mean import WeightedMean
 
 
@@ -19,11 +20,11 @@ def _terms(count=60, size=500, seed=0):
     return vectors, weights
 
 
-def _folded(vectors, weights, order, cuts) -> WeightedMean:
+def _folded(vectors, weights, order, cuts, unit=exact.FINEST_UNIT) -> WeightedMean:
     """The terms added in `order`, cut into partial means at `cuts`, each pickled (as it travels) and merged."""
-    total = WeightedMean(len(vectors[0]))
+    total = WeightedMean(len(vectors[0]), unit)
     for part in np.split(np.asarray(order), cuts):
-        partial = WeightedMean(len(vectors[0]))
+        partial = WeightedMean(len(vectors[0]), unit)
         for i in part:
             partial.add(vectors[i], weights[i])
         total.merge(pickle.loads(pickle.dumps(partial)))
@@ -78,13 +79,70 @@ def test_non_finite_terms_add_as_floats_do_and_an_overflow_is_not_silent():
     assert np.isnan(many.value()).all()
 
 
-def test_a_partial_travels_in_eight_bytes_a_value_while_its_sums_stay_below_2_to_the_15():
+def test_a_partial_travels_in_four_bytes_a_value_at_the_unit_its_last_round_sets():
+    """Runners' sums cross the object store: at the unit unit_for picks from a round of this size, one
+    model's worth of bytes (4 a value); a round that outgrows the unit's room 16 times travels in 8 a value,
+    as does a sum at the finest unit (a run's first round), and one too large for an int64 of units as its
+    two limbs; every form reads back the same value."""
     rng = np.random.default_rng(2)
     vectors = [rng.normal(0, 0.05, 10_000).astype(np.float32) for _ in range(20)]
-    partial = _folded(vectors, [100.0] * 20, range(20), [])
-    assert len(pickle.dumps(partial)) < 8.1 * 10_000
-    vectors[0][0] = 2.0 ** 15 / 100  # beyond: the high limb travels whole
-    assert len(pickle.dumps(_folded(vectors, [100.0] * 20, range(20), []))) > 12 * 10_000
+    unit = unit_for(_folded(vectors, [100.0] * 20, range(20), []).total)
+    assert unit > exact.FINEST_UNIT
+    narrow = _folded(vectors, [100.0] * 20, range(20), [], unit)
+    assert len(pickle.dumps(narrow)) < 4.1 * 10_000
+    wider = [v * np.float32(16) for v in vectors]
+    assert 7.9 * 10_000 < len(pickle.dumps(_folded(wider, [100.0] * 20, range(20), [], unit))) < 8.1 * 10_000
+    finest = _folded(vectors, [100.0] * 20, range(20), [])
+    assert 7.9 * 10_000 < len(pickle.dumps(finest)) < 8.1 * 10_000
+    vectors[0][0] = 2.0 ** 15 / 100  # past 2^62 units of 2^-48: the limbs travel
+    limbs = _folded(vectors, [100.0] * 20, range(20), [])
+    assert len(pickle.dumps(limbs)) > 12 * 10_000
+    for mean in (narrow, finest, limbs, _folded(wider, [100.0] * 20, range(20), [], unit)):
+        again = pickle.loads(pickle.dumps(mean))
+        assert np.array_equal(again.total, mean.total) and again.unit == mean.unit
+
+
+@pytest.mark.parametrize("unit", [exact.FINEST_UNIT, -30, -12, 3])
+def test_at_any_unit_a_sum_is_the_same_in_any_order_and_grouping_and_within_half_a_unit_a_term(unit):
+    vectors, weights = _terms(count=40, size=300, seed=5)
+    rng = np.random.default_rng(6)
+    reference = _folded(vectors, weights, range(len(vectors)), [], unit)
+    for _ in range(5):
+        cuts = sorted(rng.choice(np.arange(1, len(vectors)), rng.integers(1, 8), replace=False))
+        other = _folded(vectors, weights, rng.permutation(len(vectors)), cuts, unit)
+        assert np.array_equal(other.total, reference.total)
+    for j in range(0, 300, 11):
+        true = math.fsum(w * float(v[j]) for v, w in zip(vectors, weights))
+        assert abs(reference.total[j] - true) <= len(vectors) * 2.0 ** (unit - 1) + abs(true) * 2.0 ** -52
+
+
+def test_the_unit_leaves_a_round_room_to_double_and_reads_past_what_diverged():
+    for largest in (3e-9, 0.7, 1.0, 1000.0, 6.5e4):
+        values = np.array([largest * 0.25, -largest, 0.0, np.nan, np.inf])
+        unit = unit_for(values)
+        assert 2.0 ** (unit + 29) <= largest < 2.0 ** (unit + 30) or unit == exact.FINEST_UNIT
+        assert largest * 2 < 2.0 ** (unit + exact.WIRE_BITS)  # twice the size still fits 4 bytes a value
+    assert unit_for(np.array([1e-30, 0.0])) == exact.FINEST_UNIT  # never finer than the finest
+    assert unit_for(np.zeros(3)) == unit_for(np.array([np.nan])) == unit_for(np.zeros(0)) == exact.FINEST_UNIT
+
+
+def test_a_coarser_unit_keeps_a_thousand_updates_mean_within_a_float32_s_resolution_of_its_largest_entry():
+    """What the unit costs: each term is rounded to 2^-29 or 2^-30 of the round's largest sum, and a
+    thousand such roundings average out within a float32 mean's last bit at its largest entries."""
+    rng = np.random.default_rng(7)
+    vectors = [rng.normal(0.01, 0.05, 2_000).astype(np.float32) for _ in range(1000)]
+    weights = [float(w) for w in rng.integers(20, 600, 1000)]
+    finest = _folded(vectors, weights, range(1000), [])
+    coarse = _folded(vectors, weights, range(1000), [], unit_for(finest.total))
+    largest = float(np.max(np.abs(finest.mean())))
+    assert 0 < np.max(np.abs(coarse.mean() - finest.mean())) <= largest * 2.0 ** -23
+
+
+def test_sums_of_different_units_do_not_merge():
+    with pytest.raises(ValueError, match="units of 2\\^-30"):
+        WeightedMean(2, -30).merge(WeightedMean(2, -20))
+    with pytest.raises(ValueError, match="integer unit"):
+        ExactSum(2, 1.5)
 
 
 def test_merging_refuses_a_mean_whose_total_was_set_from_outside():
@@ -113,8 +171,6 @@ def test_small_terms_rounded_in_one_step_give_the_bits_of_the_two_limb_split(mon
     """Terms under 8 take the fine limb, which flows into the others as it fills: the sum, its limbs once
     canonical and its pickled form equal those of every term split into the high and low limbs; so do
     mixed sums (large, small, non-finite terms) and merges of partials that took either way."""
-    from emulator.aggregation import exact
-
     rng = np.random.default_rng(4)
     vectors = [rng.normal(0, 10.0 ** rng.uniform(-8, 0.5), 300).astype(np.float32) for _ in range(80)]
     vectors[3][:5] = [0.5, -0.5, 2.0 ** -49, 3 * 2.0 ** -49, -(2.0 ** -49)]  # ties at the 2^-48 grid

@@ -9,6 +9,8 @@ import numpy as np
 import pytest
 
 from conftest import STATEFUL, comparable, small_scenario
+from emulator.aggregation.exact import FINEST_UNIT, unit_for
+from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.fedavg import FedAvg
 from emulator.driver import run_scenario
 from emulator.parts import validate_scenario
@@ -59,11 +61,36 @@ def test_which_rounds_fold(tmp_path, folds, change, folded):
     assert folds == ([1, 2] if folded else [])
 
 
+def test_each_round_sums_at_the_unit_its_last_round_sets_and_a_resumed_run_keeps_it(tmp_path, monkeypatch):
+    """Round 1 sums at the finest unit; each later round at unit_for of the round before's sum, on the runners
+    and in the server's merge alike; the unit is part of the algorithm's state."""
+    units, real = [], FedAvg.aggregate_partials
+
+    def spy(self, params, partials, round_index):
+        partials = list(partials)
+        units.append(({p.unit for p in partials}, self.sum_unit))
+        stepped = real(self, params, partials, round_index)
+        merged = WeightedMean(len(params), units[-1][1])
+        for p in partials:
+            merged.merge(p)
+        assert self.sum_unit == unit_for(merged.total)
+        state = self.state()
+        assert state.get("sum_unit", FINEST_UNIT) == self.sum_unit
+        self.load_state({})
+        assert self.sum_unit == FINEST_UNIT
+        self.load_state(state)
+        return stepped
+    monkeypatch.setattr(FedAvg, "aggregate_partials", spy)
+    run_scenario(validate_scenario(small_scenario(rounds=4, **{"runtime.runners": 2})), tmp_path / "run")
+    assert units[0] == ({FINEST_UNIT}, FINEST_UNIT) and len(units) == 4
+    assert all(len(partial) == 1 and partial == {server} and server > FINEST_UNIT for partial, server in units[1:])
+
+
 def test_a_runner_sends_one_sum_a_round_whatever_its_tasks_and_only_once():
-    """What crosses the object store from a runner: a small receipt a task, and one sum of 8 bytes a
-    parameter for the whole round, however many tasks and devices it folded."""
+    """What crosses the object store from a runner: a small receipt a task, and one sum for the whole round,
+    however many tasks and devices it folded: one update's size (4 bytes a parameter) at the unit a round of
+    its size sets, twice that at the finest unit (a run's first round)."""
     from emulator import params as param_vector
-    from emulator.aggregation.mean import WeightedMean
     from emulator.aggregation.partial import Folding, FoldTask
     from emulator.data import federation_for
     from emulator.models.zoo import build_model
@@ -92,6 +119,13 @@ def test_a_runner_sends_one_sum_a_round_whatever_its_tasks_and_only_once():
     Folding().fold_into(by_hand, one_by_one)
     runner.train_group(context, params, jobs, False, FoldTask(Folding(), "all", 0))
     assert np.array_equal(runner.take_sum(context.key, "all").mean.mean(), by_hand.mean())
+    unit = unit_for(by_hand.total)  # the next round's unit
+    coarse = WeightedMean(len(params), unit)
+    Folding(unit=unit).fold_into(coarse, one_by_one)
+    runner.train_group(context, params, jobs[:4], False, FoldTask(Folding(unit=unit), "coarse", 0))
+    runner.train_group(context, params, jobs[4:], False, FoldTask(Folding(unit=unit), "coarse", 1))
+    held = runner.take_sum(context.key, "coarse")
+    assert np.array_equal(held.mean.mean(), coarse.mean()) and len(pickle.dumps(held)) < 1.02 * update_bytes
     assert runner.held_runs() == [context.key]
     runner.train_group(context, params, jobs[:2], False, FoldTask(Folding(), "forgotten", 0))
     runner.release(context.key)

@@ -2,35 +2,46 @@
 
 Float addition rounds at every step, so a float sum's last bits depend on the order and the grouping of its
 terms. Runners that fold their devices' updates into partial sums, merged by the server, would then change
-a run's numbers with the runner count. Integers add exactly, so here each term is rounded once, on its own,
-to a multiple of 2^-48 and accumulated in two int64 limbs (as secure aggregation sums fixed-point numbers):
+a run's numbers with the runner count. Integers add exactly, so here, as secure aggregation sums fixed-point
+numbers, each term is rounded once, on its own, to a multiple of the sum's unit 2^u (u = `unit`, -48 unless
+given) and accumulated in two int64 limbs:
 
-- the high limb counts units of 2^-16 (each term's nearest multiple of 2^-16),
-- the low limb counts units of 2^-48 (what the high limb left, |remainder| <= 2^-17, to its nearest 2^-48).
+- the high limb counts units of 2^(u + 32) (each term's nearest multiple of that),
+- the low limb counts units of 2^u (what the high limb left, to its nearest 2^u).
 
-A term under 8 in magnitude (an update's entries times its weight mostly are) is rounded to 2^-48 in one step
-into a third limb, `fine`, which flows into the other two before it could overflow: the same value, in half
-the arithmetic, since a float64 holds such a term times 2^48 exactly up to the rounding.
+A term under 8 high units in magnitude is rounded to 2^u in one step into a third limb, `fine`, which flows
+into the other two before it could overflow: the same value, in half the arithmetic, since a float64 holds
+such a term over 2^u exactly up to the rounding.
 
-A term's rounding (at most 2^-49) is its own, whatever else is summed, so a sum of partial sums equals the
-sum of the terms in any order; float32 updates scaled by integer weights (sample counts) are represented to
-well below their own last bit. The range: a term up to 2^35 (3.4e10) in magnitude, a sum up to 2^46 (an
-overflow is never silent: the sum reads as NaN, and a run that takes it says it diverged). Non-finite
-terms (a diverged device) add as floats do: inf stays inf, inf - inf and NaN give NaN.
+A term's rounding (at most half a unit) is its own, whatever else is summed, so a sum of partial sums equals
+the sum of the terms in any order. The range: a term up to 2^(u + 83) in magnitude, a sum up to 2^(u + 94)
+(2^35 and 2^46 at u = -48; an overflow is never silent: the sum reads as NaN, and a run that takes it says
+it diverged). Non-finite terms (a diverged device) add as floats do: inf stays inf, inf - inf and NaN give
+NaN.
+
+On the wire a sum travels as its value in units, 4 bytes a value while every value stays under 2^31 units
+(8 while it fits an int64, the two limbs beyond). `unit_for` picks the unit that keeps the next round's sum
+in 4 bytes a value with room to grow, so runners folding a round's updates send about one model's worth of
+bytes each, as secure aggregation's 32-bit sums do.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
-HIGH_BITS = 16  # the high limb's unit: 2^-16
-LOW_BITS = 32  # the low limb's unit: 2^-(16 + 32)
+FINEST_UNIT = -48  # a sum's unit unless given: float32 updates times integer weights, far below their last bit
+LOW_BITS = 32  # the high limb's unit is 2^LOW_BITS of the low limb's
+WIRE_BITS = 31  # a sum whose values in units stay under 2^31 travels as int32
+HEADROOM_BITS = 1  # unit_for leaves a sum room to grow 2x before it needs more than 4 bytes a value
+_UNIT_RANGE = (-200, 200)  # units far beyond any float32 update's (and the float64 arithmetic's) reach
 # x + _MAGIC rounds x to the nearest integer (half to even) for |x| < 2^51, and the sum's bits, less _MAGIC's,
 # are that integer; x + _LOW_MAGIC does the same in units of 2^-32 for |x| < 2^19
 _MAGIC = 1.5 * 2.0 ** 52
 _MAGIC_BITS = int(np.float64(_MAGIC).view(np.int64))
 _LOW_MAGIC = 1.5 * 2.0 ** (52 - LOW_BITS)
 _LOW_MAGIC_BITS = int(np.float64(_LOW_MAGIC).view(np.int64))
-_TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^35 as a number) beyond this cannot be split exactly
+_TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^(unit + 83) as a number) beyond this cannot be split exactly
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
 _FINE_LIMIT = 2.0 ** (51 - LOW_BITS)  # |term| in high units below this: x 2^32 it rounds with _MAGIC in one step
 _FINE_BOUND = 2 ** 62  # the fine limb flows into the others before its terms' magnitudes could reach this
@@ -41,26 +52,44 @@ def _wrapped(value: int) -> np.int64:
     return np.int64((value + 2 ** 63) % 2 ** 64 - 2 ** 63)
 
 
-class ExactSum:
-    """A running exact sum of float vectors of one length; `merge` adds another such sum."""
+def unit_for(values: np.ndarray) -> int:
+    """The unit for a sum of the size of `values` (the last round's), the finest that keeps it 2^HEADROOM_BITS
+    times under 2^WIRE_BITS units: each of a round's terms is then rounded to a unit of 2^-29 to 2^-30 of
+    the last round's largest sum, and a thousand terms' roundings average out within about one float32 step
+    of the mean's largest entries. Never finer than FINEST_UNIT; a round that outgrows the room still sums
+    exactly, in 8 bytes a value. Non-finite values are left out; with nothing finite and non-zero,
+    FINEST_UNIT."""
+    finite = np.abs(values[np.isfinite(values)]) if len(values) else values
+    largest = float(np.max(finite)) if len(finite) else 0.0
+    if largest == 0.0:
+        return FINEST_UNIT
+    return int(min(max(FINEST_UNIT, math.frexp(largest)[1] + HEADROOM_BITS - WIRE_BITS), _UNIT_RANGE[1]))
 
-    def __init__(self, size: int):
+
+class ExactSum:
+    """A running exact sum of float vectors of one length, each term rounded to a multiple of 2^unit;
+    `merge` adds another such sum of the same unit."""
+
+    def __init__(self, size: int, unit: int = FINEST_UNIT):
+        if not (isinstance(unit, (int, np.integer)) and _UNIT_RANGE[0] <= unit <= _UNIT_RANGE[1]):
+            raise ValueError(f"a sum's unit is 2^unit for an integer unit in {list(_UNIT_RANGE)}, got {unit!r}")
+        self.unit = int(unit)
         self.high = np.zeros(size, dtype=np.int64)
         self.low = np.zeros(size, dtype=np.int64)
         self.bound = 0  # sum over the terms of ceil(max |term|) in high units, a Python int (exact, any order)
         self.nonfinite: np.ndarray | None = None  # the non-finite terms' entries summed as floats (NaN, +-inf)
         self.terms = 0  # vectors added since the limbs last lost their offsets (see _canonical)
         self._work: tuple[np.ndarray, np.ndarray] | None = None  # add's float64 work vectors (not pickled)
-        self.fine: np.ndarray | None = None  # small terms in units of 2^-48, with their offsets (see _flush_fine)
+        self.fine: np.ndarray | None = None  # small terms in units, with their offsets (see _flush_fine)
         self.fine_terms = 0
-        self.fine_bound = 0  # sum over its terms of ceil(max |term|) in units of 2^-48
+        self.fine_bound = 0  # sum over its terms of ceil(max |term|) in units
 
     def __len__(self) -> int:
         return len(self.high)
 
     def add(self, vector: np.ndarray, scale: float = 1.0) -> None:
         """Add scale * vector (float32 or float64; the product is rounded once, in float64)."""
-        factor = scale * 2.0 ** HIGH_BITS
+        factor = scale * 2.0 ** -(self.unit + LOW_BITS)
         top = None
         if factor >= 0 and len(vector):  # rounding is monotonic: the products' extremes are the extremes' products,
             top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)  # read off the narrower input
@@ -84,7 +113,7 @@ class ExactSum:
         self.terms += 1
 
     def _add_fine(self, vector: np.ndarray, factor: float, top: float) -> None:
-        """A term below _FINE_LIMIT high units, rounded to its nearest 2^-48 in one step (the high and low limbs
+        """A term below _FINE_LIMIT high units, rounded to its nearest unit in one step (the high and low limbs
         would hold the same integer: the high part's unit, 2^32 of these, is even, so rounding half to even
         agrees) and added to the fine limb."""
         fine_top = int(np.ceil(top * 2.0 ** LOW_BITS)) + 1
@@ -93,7 +122,8 @@ class ExactSum:
         elif self.fine_bound + fine_top >= _FINE_BOUND:
             self._flush_fine()
         y, _ = self._scratch()
-        np.multiply(vector, factor * 2.0 ** LOW_BITS, out=y, dtype=np.float64)  # the high-unit product x 2^32
+        np.copyto(y, vector)  # widened, then scaled in place: numpy's mixed-type multiply is twice as slow
+        y *= factor * 2.0 ** LOW_BITS  # the high-unit product x 2^32, rounded once as the mixed multiply would
         y += _MAGIC
         self.fine += y.view(np.int64)
         self.fine_terms += 1
@@ -129,6 +159,8 @@ class ExactSum:
     def merge(self, other: "ExactSum") -> None:
         if len(other) != len(self):
             raise ValueError(f"cannot merge a sum of {len(other)} values into one of {len(self)}")
+        if other.unit != self.unit:
+            raise ValueError(f"cannot merge a sum in units of 2^{other.unit} into one in units of 2^{self.unit}")
         other._flush_fine()
         self.high += other.high
         self.low += other.low
@@ -158,21 +190,31 @@ class ExactSum:
         self._canonical()
         total = self.low.astype(np.float64) * 2.0 ** -LOW_BITS
         total += self.high.astype(np.float64)
-        total *= 2.0 ** -HIGH_BITS
+        total *= 2.0 ** (self.unit + LOW_BITS)
         if self.nonfinite is not None:
             with np.errstate(invalid="ignore"):
                 total += self.nonfinite  # finite + inf = inf; the zeros elsewhere change nothing
         return total
 
     def __getstate__(self) -> dict:
-        """Compact on the wire: after the carry the low limb fits 32 bits, and the high one mostly does."""
+        """Compact on the wire: the value in units as int32 while it fits (int64 while that does), else the
+        two limbs (after the carry the low one fits 32 bits)."""
         self._canonical()
-        small = len(self.high) == 0 or int(np.max(np.abs(self.high))) < 2 ** 31
-        return {"high": self.high.astype(np.int32) if small else self.high, "low": self.low.astype(np.uint32),
-                "bound": self.bound, "nonfinite": self.nonfinite}
+        state = {"unit": self.unit, "bound": self.bound, "nonfinite": self.nonfinite}
+        if len(self.high) == 0 or int(np.max(np.abs(self.high))) < 2 ** 30:  # high * 2^32 + low fits an int64
+            units = (self.high << LOW_BITS) + self.low
+            narrow = len(units) == 0 or (int(units.max()) < 2 ** WIRE_BITS and int(units.min()) >= -2 ** WIRE_BITS)
+            state["units"] = units.astype(np.int32) if narrow else units
+        else:
+            state["high"], state["low"] = self.high, self.low.astype(np.uint32)
+        return state
 
     def __setstate__(self, state: dict) -> None:
-        self.high = state["high"].astype(np.int64)
-        self.low = state["low"].astype(np.int64)
+        if "units" in state:
+            units = state["units"].astype(np.int64)
+            self.high, self.low = units >> LOW_BITS, units & ((1 << LOW_BITS) - 1)
+        else:
+            self.high, self.low = state["high"].astype(np.int64), state["low"].astype(np.int64)
+        self.unit = state.get("unit", FINEST_UNIT)
         self.bound, self.nonfinite, self.terms, self._work = state["bound"], state["nonfinite"], 0, None
         self.fine, self.fine_terms, self.fine_bound = None, 0, 0

@@ -5,7 +5,7 @@ from fractions import Fraction
 
 import numpy as np
 
-from emulator.aggregation.exact import ExactSum
+from emulator.aggregation.exact import FINEST_UNIT, ExactSum
 
 
 class WeightedMean:
@@ -13,14 +13,20 @@ class WeightedMean:
 
     The sum is exact (aggregation/exact.py) and so are the weights' (fractions), so the mean is the same
     bit for bit whatever order the updates come in and however they were grouped: a runner may fold its
-    devices' updates into one partial mean and the server `merge` the partials.
+    devices' updates into one partial mean and the server `merge` the partials (of the same `unit`: each
+    term is rounded to a multiple of 2^unit, see exact.unit_for).
     """
 
-    def __init__(self, size: int):
-        self._sum = ExactSum(size)
+    def __init__(self, size: int, unit: int = FINEST_UNIT):
+        self._sum = ExactSum(size, unit)
         self._weight = Fraction(0)
         self._total: np.ndarray | None = None  # a total set from outside (DP's release, a robust rule)
+        self._value: np.ndarray | None = None  # the sum as last read, until a term is added
         self.count = 0
+
+    @property
+    def unit(self) -> int:
+        return self._sum.unit
 
     def add(self, vector: np.ndarray, weight: float = 1.0) -> None:
         if weight < 0:
@@ -29,7 +35,7 @@ class WeightedMean:
             return
         self._sum.add(vector, weight)
         self._weight += Fraction(weight)
-        self._total = None
+        self._total = self._value = None
         self.count += 1
 
     def merge(self, other: "WeightedMean") -> None:
@@ -37,17 +43,29 @@ class WeightedMean:
         if other._total is not None or self._total is not None:
             raise ValueError("a mean whose total was set from outside cannot be merged")
         self._sum.merge(other._sum)
+        self._value = None
         self._weight += other._weight
         self.count += other.count
 
     @property
     def total(self) -> np.ndarray:
         """The weighted sum, float64."""
-        return self._sum.value() if self._total is None else self._total
+        if self._total is not None:
+            return self._total
+        if self._value is None:
+            self._value = self._sum.value()
+            self._value.flags.writeable = False  # read twice a round (the mean, the next unit): shared, not copied
+        return self._value
 
     @total.setter
     def total(self, value: np.ndarray) -> None:
         self._total = np.asarray(value, dtype=np.float64)
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_value": None}  # the sum travels once, as its limbs
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update({"_value": None, **state})
 
     @property
     def weight(self) -> float:

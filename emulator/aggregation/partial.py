@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emulator.aggregation.exact import FINEST_UNIT
 from emulator.aggregation.mean import WeightedMean
 
 WEIGHTINGS = ("samples", "uniform")
@@ -24,11 +25,13 @@ def update_weight(weighting: str, num_samples: int, steps: int, multiplicity: in
 
 @dataclass(frozen=True)
 class Folding:
-    """What a runner needs to fold a round's updates: the rule for each update's weight. An algorithm
-    gives one (Algorithm.partial_fold) when its round is a weighted mean of the updates and nothing else
-    reads them one at a time."""
+    """What a runner needs to fold a round's updates: the rule for each update's weight, and the unit its
+    sum rounds each term to (the one the server's own mean of the round would use). An algorithm gives one
+    (Algorithm.partial_fold) when its round is a weighted mean of the updates and nothing else reads them
+    one at a time."""
 
     weighting: str = "samples"
+    unit: int = FINEST_UNIT
 
     def __post_init__(self):
         if self.weighting not in WEIGHTINGS:
@@ -78,7 +81,7 @@ class HeldSums:
     def fold(self, run_key: str, task: FoldTask, updates, size: int) -> FoldReceipt:
         ticket, held = self._held.get(run_key, (None, None))
         if ticket != task.ticket:
-            held = HeldSum(WeightedMean(size), [])
+            held = HeldSum(WeightedMean(size, task.rule.unit), [])
             self._held[run_key] = (task.ticket, held)
         if task.group not in held.groups:  # else Ray retried a task of a runner it restarted, and the server
             task.rule.fold_into(held.mean, updates)  # trained the group again too: same seeds, same updates, once

@@ -13,6 +13,7 @@ from typing import Iterable, Literal
 import numpy as np
 from pydantic import Field, model_validator
 
+from emulator.aggregation.exact import FINEST_UNIT, unit_for
 from emulator.aggregation.mean import WeightedMean, server_update
 from emulator.aggregation.partial import Folding, update_weight
 from emulator.aggregation.optimizers import build_server_optimizer
@@ -87,6 +88,7 @@ class FedAvg(Algorithm):
         self.acceptance: tuple[np.ndarray, np.ndarray] | None = None  # (devices, accepted) of the last robust round
         self.operations = 0.0  # the robust rule's element operations beyond the mean, this round (for the clock)
         self.held = False  # whether the rule had too few updates this round, so the model was kept
+        self.sum_unit = FINEST_UNIT  # the unit the round's mean rounds each term to: set by the last round's size
         if self.aggregator is not None:
             self.columns = tuple(self.columns) + ("updates_accepted", HELD_COLUMN)
 
@@ -130,16 +132,17 @@ class FedAvg(Algorithm):
         if self.aggregator is not None or any(getattr(type(self), hook) is not getattr(FedAvg, hook)
                                               for hook in _MEAN_HOOKS):
             return None
-        return Folding(self.config.weighting)
+        return Folding(self.config.weighting, self.sum_unit)
 
     def mean_delta(self, params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         if self.aggregator is not None:
             mean = self.robust_delta(params, updates)
         else:
-            mean = WeightedMean(len(params))
+            mean = WeightedMean(len(params), self.sum_unit)
             for update in updates:
                 mean.add(update.delta, self.weight(update))
                 self.observe(update)
+            self.sum_unit = unit_for(mean.total)
         release = self.context.release  # client-level DP: the noised sum over the expected cohort
         return release(mean, self._round) if release is not None else mean
 
@@ -195,9 +198,10 @@ class FedAvg(Algorithm):
 
     def aggregate_partials(self, params, partials, round_index):
         self.set_round(round_index)
-        mean = WeightedMean(len(params))
+        mean = WeightedMean(len(params), self.sum_unit)
         for partial in partials:
             mean.merge(partial)
+        self.sum_unit = unit_for(mean.total)
         release = self.context.release
         return self._step(params, release(mean, self._round) if release is not None else mean)
 
@@ -213,13 +217,16 @@ class FedAvg(Algorithm):
         return values
 
     def state(self) -> dict:
-        """The server optimizer's moments (sgd has none: the state, and old checkpoints, stay as they were)."""
+        """The server optimizer's moments (sgd has none) and the next round's sum unit (a resumed run rounds
+        as an uninterrupted one; without either the state, and old checkpoints, stay as they were)."""
         optimizer = self.server_optimizer.state()
-        return {"server_optimizer": optimizer} if optimizer else {}
+        return ({"server_optimizer": optimizer} if optimizer else {}) | (
+            {"sum_unit": self.sum_unit} if self.sum_unit != FINEST_UNIT else {})
 
     def load_state(self, state: dict) -> None:
         if "server_optimizer" in state:
             self.server_optimizer.load_state(state["server_optimizer"])
+        self.sum_unit = state.get("sum_unit", FINEST_UNIT)
 
 
 class FedProx(FedAvg):
