@@ -5,7 +5,8 @@
 # and the Fashion-MNIST files. About 57 MiB; with the checkout (about 10 MiB) that is over the 64 MiB a
 # device call carries, so a call that runs in process only (`gpu_device_run.sh papers`) takes
 # `IN_PROCESS=1`: ray without its cluster binaries (gcs_server, raylet) and its data, serve, tune and train
-# libraries, which `import ray` never loads; 45 MiB. Needs the package registry (pip download) and
+# libraries, which `import ray` never loads; 45 MiB. numba is left out: without it the shared links' event loop
+# (system/one_bottleneck.py) runs as plain Python. Needs the package registry (pip download) and
 # /usr/share/datasets/fashion-mnist (apt-get install dataset-fashion-mnist).
 #
 #   bash benchmarks/gpu_wheels.sh            # (or IN_PROCESS=1 bash ...) then, on the GPU machine, in the checkout:

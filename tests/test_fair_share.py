@@ -198,3 +198,28 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     whole[whole > cancel] = np.inf
     assert np.array_equal(np.isinf(got), np.isinf(whole)) and np.isinf(whole).any()
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
+
+
+def test_without_numba_the_same_event_loop_runs_as_plain_python_and_gives_the_same_times(monkeypatch):
+    """one_bottleneck.py's event loop is plain Python that numba compiles at its first use: where numba is not
+    installed the interpreter runs it (slower), with the same completion times."""
+    import importlib
+    import sys
+
+    from emulator.system import one_bottleneck
+
+    rng = np.random.default_rng(11)
+    n = 60
+    args = (rng.uniform(0, 20, n), rng.uniform(5, 50, n), rng.lognormal(1.5, 1, n),
+            np.where(rng.random(n) < 0.2, 30.0, np.inf), rng.integers(0, 3, n), rng.lognormal(3, 1, 3),
+            rng.integers(-1, 6, n), np.r_[rng.lognormal(2, 1, 5), np.inf])
+    compiled = one_bottleneck.finish_in_groups(*args)
+    assert hasattr(one_bottleneck._event_loop(), "py_func")  # a numba dispatcher
+    monkeypatch.setitem(sys.modules, "numba", None)  # import numba now fails
+    try:
+        plain = importlib.reload(one_bottleneck)
+        assert np.array_equal(plain.finish_in_groups(*args), compiled)
+        assert plain._event_loop() is plain._run_groups and not hasattr(plain._run_groups, "py_func")
+    finally:
+        monkeypatch.undo()
+        importlib.reload(one_bottleneck)

@@ -9,15 +9,17 @@ cell), so the work is cut three ways, none changing a completion time:
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
 - on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier;
-- a group held together by one upper link (a region's, the server's) with only first links below it runs
-  in one_bottleneck.py, where an event costs microseconds instead of recomputing the group's every rate.
+- a group held together by one link (a cell's few flows; a region's or the server's, with only first links
+  below it) runs in one_bottleneck.py, compiled, where an event costs a fraction of a microsecond instead of
+  recomputing the group's every rate; the lockstep is left for the rest (links that fill at three tiers,
+  or topologies other than a tree).
 """
 from __future__ import annotations
 
 import numpy as np
 
 from emulator.system.fair_share import _check, _water_levels, max_min_rates, tree_rates
-from emulator.system.one_bottleneck import finish_behind_one_link
+from emulator.system.one_bottleneck import finish_in_groups
 
 
 def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
@@ -47,12 +49,11 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     if shared.size:
         group = _tree_groups(links[shared]) if tree else _groups(links[shared], len(capacity))
         one_link = _behind_one_link(links[shared], group) if tree else np.zeros(len(shared), dtype=bool)
-        roomy = np.append(capacity, np.inf).tolist() if one_link.any() else []  # by id; -1 (cannot fill) last
-        for top in np.unique(group[one_link]):
-            flows = shared[group == top]
-            finish[flows] = finish_behind_one_link(
-                start[flows].tolist(), size[flows].tolist(), links[flows, 0].tolist(), roomy, float(capacity[top]),
-                cap[flows].tolist(), cancel[flows].tolist())
+        if one_link.any():
+            flows = shared[one_link]
+            below = np.where(_highest_hop(links[flows]) > 0, links[flows, 0], -1)  # a cell's own group: none below
+            finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group[one_link],
+                                             capacity, below, capacity)
         rest = ~one_link
         if rest.any():
             flows = shared[rest]
@@ -63,12 +64,13 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
 
 
 def _behind_one_link(links: np.ndarray, group: np.ndarray) -> np.ndarray:
-    """The flows of groups held together by one upper link with nothing but first links below it: those
-    one_bottleneck.py runs (one event at a time, a few microseconds each) instead of the lockstep."""
+    """The flows of groups held together by one link with nothing but first links below it (or nothing: a
+    cell's flows alone): those one_bottleneck.py runs, one event at a time in compiled code, instead of the
+    lockstep."""
     crossing = links >= 0
     highest = _highest_hop(links)
     middle = crossing[:, 1:] & (np.arange(1, links.shape[1]) < highest[:, None])
-    shaped = (highest >= 1) & ~middle.any(axis=1)
+    shaped = ~middle.any(axis=1)
     return shaped & ~np.isin(group, group[~shaped])
 
 

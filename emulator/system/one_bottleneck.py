@@ -1,146 +1,237 @@
-"""Flows behind their own first links and one shared link above them, event by event at a few microseconds an
-event: the case where the lockstep of fluid.py pays most, one group of a thousand flows coupled through a
-region's link, whose every event would recompute every rate.
+"""Groups of flows each held together by one link, event by event in compiled code: the case where the
+lockstep of fluid.py pays most (a region's thousand flows coupled through its backhaul, whose every event
+would recompute every rate), and the common one of a few flows sharing a cell.
 
-On such a tree a flow's rate is min(e, level): e, its cap lowered to its first link's water level (a cell,
-a handful of flows), and `level`, the shared link's (fair_share.tree_rates). The flows with e below the
-level ("free") run at e; the rest ("held") all run at the level, so they advance on one virtual clock, V,
-which moves at the level: a held flow completes when V reaches its mark. An event then touches its cell's
-flows and moves the few flows whose e the level crossed between the two sets; nothing else changes.
+In a group, a flow's rate is min(e, level): e, its cap lowered to its first link's water level (a cell, a
+handful of flows; no lower link: its cap), and `level`, the group's shared link's (fair_share.tree_rates).
+The flows with e below the level ("free") run at e; the rest ("held") all run at the level, so they advance
+on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
+then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
+nothing else changes. The event loop runs under numba, compiled at its first use in a process (the first
+ever takes about 9 s, later processes load it from numba's cache on disk in about 2 s; worlds without
+shared links never load numba); where numba is missing the same functions run as plain Python, slower.
 """
 from __future__ import annotations
 
 import heapq
 import math
 
+import numpy as np
 
-def finish_behind_one_link(start, size, first, first_capacity, top_capacity: float, cap, cancel) -> list[float]:
-    """Completion times (math.inf: cancelled first) of flows `f` starting at start[f] with size[f] bytes, each
-    crossing its first link first[f] (capacity first_capacity[first[f]], math.inf for a link that cannot
-    fill) and one shared link of `top_capacity`, capped by cap[f]. Plain Python sequences in, a list out."""
+WAITING, FREE, HELD, OVER = 0, 1, 2, 3
+_KERNEL = ("_run_groups", "_one_group", "_heap", "_earlier", "_valid", "_left", "_become", "_relevel_cell",
+           "_relevel_top")  # compiled together: each calls the others by their module names
+_compiled: list = []
+
+
+def _event_loop():
+    """_run_groups compiled by numba (the functions it calls replaced by their compiled selves), at its first
+    use; the plain function where numba is not installed."""
+    if not _compiled:
+        try:
+            import numba
+        except ImportError:
+            _compiled.append(_run_groups)
+        else:
+            names = globals()
+            for name in _KERNEL:
+                names[name] = numba.njit(cache=True)(names[name])
+            _compiled.append(names["_run_groups"])
+    return _compiled[0]
+
+
+def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first_capacity) -> np.ndarray:
+    """Completion times (np.inf: cancelled first) of flows f, each starting at start[f] with size[f] bytes,
+    capped by cap[f], in group group[f] whose shared link has top_capacity[group[f]], and crossing first link
+    first[f] below it (-1: none; first_capacity[first[f]] np.inf: a link that cannot fill)."""
+    start, size, cap, cancel = (np.ascontiguousarray(a, dtype=np.float64) for a in (start, size, cap, cancel))
+    group, first = np.asarray(group, dtype=np.int64), np.asarray(first, dtype=np.int64)
     n = len(start)
-    finish = [math.nan] * n
-    members: dict[int, list[int]] = {}
-    e = [0.0] * n
-    mode = [0] * n  # 0 waiting, 1 free, 2 held, 3 over
-    version = [0] * n
-    mark = [0.0] * n  # held: V at completion; free: bytes left at `since`
-    since = [0.0] * n
-    free_done, held_done, free_top, held_low, stops = [], [], [], [], []
-    state = {"now": 0.0, "V": 0.0, "free_sum": 0.0, "held": 0, "level": math.inf}
-    arrivals = sorted(range(n), key=lambda f: start[f])
+    finish = np.full(n, np.nan)
+    if not n:
+        return finish
+    arrivals = np.lexsort((np.arange(n), start, group))  # each group's flows by start (ties: by index)
+    bounds = np.flatnonzero(np.diff(group[arrivals], prepend=-1, append=-1))
+    # each cell's flows, side by side: in the order they arrive (the order their rates are changed in), and by cap
+    # (the order of its water level); a flow's cell: its block's number, -1 where it has no first link that fills
+    fills = first >= 0
+    fills[fills] = np.isfinite(np.asarray(first_capacity, dtype=np.float64)[first[fills]])
+    members = arrivals[fills[arrivals]]
+    members = members[np.argsort(first[members], kind="stable")]
+    by_cap = np.lexsort((cap, first))
+    by_cap = by_cap[fills[by_cap]]
+    starts = np.flatnonzero(np.diff(first[members], prepend=-2)) if len(members) else np.zeros(0, np.int64)
+    cell_lo, cell_hi = starts, np.append(starts[1:], len(members)).astype(np.int64)
+    cell = np.full(n, -1, dtype=np.int64)
+    cell[members] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(members))))
+    cell_capacity = np.asarray(first_capacity, dtype=np.float64)[first[members[starts]]] if len(starts) else np.zeros(0)
+    tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[bounds[:-1]]]]
+    _event_loop()(arrivals, bounds[:-1].astype(np.int64), bounds[1:].astype(np.int64), tops, start, size, cap,
+                  cancel, cell, cell_lo, cell_hi, cell_capacity, members, by_cap, finish)
+    return finish
 
-    def left(f):
-        return mark[f] - state["V"] if mode[f] == 2 else mark[f] - e[f] * (state["now"] - since[f])
 
-    def become(f, new_mode, remaining, demand=None):
-        """Flow f, `remaining` bytes left now, from its set to `new_mode`'s (with a new e, if given)."""
-        version[f] += 1
-        now, v = state["now"], version[f]
-        if mode[f] == 1:
-            state["free_sum"] -= e[f]
-        elif mode[f] == 2:
-            state["held"] -= 1
-        if demand is not None:
-            e[f] = demand
-        mode[f] = new_mode
-        if new_mode == 1:
-            state["free_sum"] += e[f]
-            mark[f], since[f] = remaining, now
-            heapq.heappush(free_done, (now + remaining / e[f], v, f))
-            heapq.heappush(free_top, (-e[f], v, f))
-        elif new_mode == 2:
-            state["held"] += 1
-            mark[f] = state["V"] + remaining
-            heapq.heappush(held_done, (mark[f], v, f))
-            heapq.heappush(held_low, (e[f], v, f))
+def finish_behind_one_link(start, size, first, first_capacity, top_capacity: float, cap, cancel) -> np.ndarray:
+    """finish_in_groups for one group: flows behind their first links and one shared link of `top_capacity`."""
+    return finish_in_groups(start, size, cap, cancel, np.zeros(len(start), dtype=np.int64), [top_capacity], first,
+                            first_capacity)
 
-    def top(heap, wanted_mode):
-        while heap and (version[heap[0][2]] != heap[0][1] or mode[heap[0][2]] != wanted_mode):
-            heapq.heappop(heap)
-        return heap[0] if heap else None
 
-    def relevel_cell(cell):
-        if first_capacity[cell] == math.inf:
-            return  # a first link that cannot fill: every flow through it keeps its cap
-        flows = members.get(cell, [])
-        level = _water_level(sorted(cap[f] for f in flows), first_capacity[cell])
-        for f in flows:
-            want = min(cap[f], level)
-            if want != e[f]:
-                become(f, mode[f], left(f), want)
+def _run_groups(arrivals, group_lo, group_hi, group_top, start, size, cap, cancel, cell, cell_lo, cell_hi,
+                cell_capacity, members, by_cap, finish):
+    n = len(start)
+    e, mark, since = np.zeros(n), np.zeros(n), np.zeros(n)
+    mode, version = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    state = np.zeros(5)  # now, V, the free flows' rates summed, how many are held, the level
+    heaps = (_heap(), _heap(), _heap(), _heap())  # free flows by completion and by rate, held ones by mark and rate
+    stops = _heap()  # by cancel time
+    for g in range(len(group_lo)):
+        state[:] = 0.0
+        state[4] = math.inf
+        for heap in heaps:
+            heap.clear()
+        stops.clear()
+        _one_group(arrivals[group_lo[g]:group_hi[g]], group_top[g], start, size, cap, cancel, cell, cell_lo,
+                   cell_hi, cell_capacity, members, by_cap, finish, e, mark, since, mode, version, state, heaps,
+                   stops)
 
-    def relevel_top():
-        while True:
-            held = state["held"]
-            level = (top_capacity - state["free_sum"]) / held if held else math.inf
-            fastest = top(free_top, 1)
-            if fastest is not None and (-fastest[0] > level or (not held and state["free_sum"] > top_capacity)):
-                f = fastest[2]
-                become(f, 2, left(f))
-                continue
-            slowest = top(held_low, 2)
-            if slowest is not None and slowest[0] < level:
-                f = slowest[2]
-                become(f, 1, left(f))
-                continue
-            state["level"] = level
-            return
 
-    def leave(f, when):
-        finish[f] = when
-        become(f, 3, 0.0)
-        cell = first[f]
-        if cell in members:
-            members[cell].remove(f)
-            relevel_cell(cell)
-
-    nxt = 0
-    while nxt < n or state["held"] or top(free_done, 1) is not None:
-        candidates = []
+def _one_group(arrivals, top, start, size, cap, cancel, cell, cell_lo, cell_hi, cell_capacity, members, by_cap,
+               finish, e, mark, since, mode, version, state, heaps, stops):
+    """One group's events in time order: an arrival, a completion (free or held), a cancel."""
+    free_done, free_top, held_done, held_low = heaps
+    nxt, n = 0, len(arrivals)
+    while nxt < n or state[3] > 0 or _valid(free_done, FREE, version, mode):
+        when, kind, f = math.inf, 9, 0
         if nxt < n:
-            candidates.append((start[arrivals[nxt]], 0, arrivals[nxt]))
-        done = top(free_done, 1)
-        if done is not None:
-            candidates.append((done[0], 1, done[2]))
-        done = top(held_done, 2)
-        if done is not None:
-            candidates.append((state["now"] + (done[0] - state["V"]) / state["level"], 1, done[2]))
-        while stops and mode[stops[0][1]] not in (1, 2):
+            when, kind, f = start[arrivals[nxt]], 0, arrivals[nxt]
+        if _valid(free_done, FREE, version, mode):
+            when, kind, f = _earlier(when, kind, f, free_done[0][0], 1, free_done[0][2])
+        if _valid(held_done, HELD, version, mode):
+            held_at = state[0] + (held_done[0][0] - state[1]) / state[4]
+            when, kind, f = _earlier(when, kind, f, held_at, 1, held_done[0][2])
+        while len(stops) and mode[stops[0][2]] != FREE and mode[stops[0][2]] != HELD:
             heapq.heappop(stops)
-        if stops:
-            candidates.append((stops[0][0], 2, stops[0][1]))
-        when, kind, f = min(candidates)
-        if state["held"]:
-            state["V"] += state["level"] * (when - state["now"])
-        state["now"] = when
+        if len(stops):
+            when, kind, f = _earlier(when, kind, f, stops[0][0], 2, stops[0][2])
+        if state[3] > 0:
+            state[1] += state[4] * (when - state[0])
+        state[0] = when
         if kind == 0:
             nxt += 1
             if cancel[f] <= when:
                 finish[f] = math.inf
-                mode[f] = 3
+                mode[f] = OVER
                 continue
-            if first_capacity[first[f]] != math.inf:
-                members.setdefault(first[f], []).append(f)
-            become(f, 1, float(size[f]), cap[f])
-            heapq.heappush(stops, (cancel[f], f))
-            relevel_cell(first[f])
-        elif kind == 1:
-            leave(f, when)
+            _become(f, FREE, size[f], cap[f], True, heaps, e, mark, since, mode, version, state)
+            if cancel[f] < math.inf:
+                heapq.heappush(stops, (cancel[f], 0, f))
+            _relevel_cell(cell[f], cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since,
+                          mode, version, state)
         else:
-            heapq.heappop(stops)
-            leave(f, math.inf)
-        relevel_top()
-    return finish
+            if kind == 2:
+                heapq.heappop(stops)
+                when = math.inf
+            finish[f] = when
+            _become(f, OVER, 0.0, 0.0, False, heaps, e, mark, since, mode, version, state)
+            _relevel_cell(cell[f], cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since,
+                          mode, version, state)
+        _relevel_top(top, heaps, e, mark, since, mode, version, state)
 
 
-def _water_level(caps: list[float], capacity: float) -> float:
-    """The level at which flows of these caps (ascending) fill `capacity` (math.inf if they all fit):
-    fair_share._water_levels for one link, in plain Python (a cell's handful of flows, where numpy's calls
-    would cost more than the arithmetic)."""
-    below, n = 0.0, len(caps)
-    for k, c in enumerate(caps):
-        if below + (n - k) * c >= capacity:
-            return (capacity - below) / (n - k)
-        below += c
-    return math.inf
+def _heap():
+    heap = [(0.0, 0, 0)]  # typed by its first entry: (key, the flow's version when pushed, flow)
+    heap.pop()
+    return heap
+
+
+def _earlier(when, kind, f, other_when, other_kind, other_f):
+    if (other_when, other_kind, other_f) < (when, kind, f):
+        return other_when, other_kind, other_f
+    return when, kind, f
+
+
+def _valid(heap, wanted, version, mode) -> bool:
+    """Whether the heap holds a current entry of a flow in mode `wanted`; stale ones on top are dropped."""
+    while len(heap) and (version[heap[0][2]] != heap[0][1] or mode[heap[0][2]] != wanted):
+        heapq.heappop(heap)
+    return len(heap) > 0
+
+
+def _left(f, e, mark, since, mode, state) -> float:
+    return mark[f] - state[1] if mode[f] == HELD else mark[f] - e[f] * (state[0] - since[f])
+
+
+def _become(f, new_mode, remaining, demand, has_demand, heaps, e, mark, since, mode, version, state):
+    """Flow f, `remaining` bytes left now, from its set to `new_mode`'s (with a new e, if `has_demand`)."""
+    free_done, free_top, held_done, held_low = heaps
+    version[f] += 1
+    now, v = state[0], version[f]
+    if mode[f] == FREE:
+        state[2] -= e[f]
+    elif mode[f] == HELD:
+        state[3] -= 1
+    if has_demand:
+        e[f] = demand
+    mode[f] = new_mode
+    if new_mode == FREE:
+        state[2] += e[f]
+        mark[f], since[f] = remaining, now
+        heapq.heappush(free_done, (now + remaining / e[f], v, f))
+        heapq.heappush(free_top, (-e[f], v, f))
+    elif new_mode == HELD:
+        state[3] += 1
+        mark[f] = state[1] + remaining
+        heapq.heappush(held_done, (mark[f], v, f))
+        heapq.heappush(held_low, (e[f], v, f))
+
+
+def _relevel_cell(c, cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since, mode, version,
+                  state):
+    """A cell's flows at its new water level: each runs at min(its cap, level)."""
+    if c < 0:
+        return
+    below, count = 0.0, 0
+    for k in range(cell_lo[c], cell_hi[c]):
+        if mode[by_cap[k]] == FREE or mode[by_cap[k]] == HELD:
+            count += 1
+    level, seen = math.inf, 0
+    for k in range(cell_lo[c], cell_hi[c]):  # ascending caps: the level where they fill the cell
+        f = by_cap[k]
+        if mode[f] != FREE and mode[f] != HELD:
+            continue
+        if below + (count - seen) * cap[f] >= cell_capacity[c]:
+            level = (cell_capacity[c] - below) / (count - seen)
+            break
+        below += cap[f]
+        seen += 1
+    for k in range(cell_lo[c], cell_hi[c]):  # in the order the flows arrived
+        f = members[k]
+        if mode[f] != FREE and mode[f] != HELD:
+            continue
+        want = min(cap[f], level)
+        if want != e[f]:
+            _become(f, mode[f], _left(f, e, mark, since, mode, state), want, True, heaps, e, mark, since, mode,
+                    version, state)
+
+
+def _relevel_top(top, heaps, e, mark, since, mode, version, state):
+    """The shared link's level, moving flows between the free and the held sets until it settles."""
+    free_done, free_top, held_done, held_low = heaps
+    while True:
+        held = state[3]
+        level = (top - state[2]) / held if held > 0 else math.inf
+        if _valid(free_top, FREE, version, mode):
+            f = free_top[0][2]
+            if -free_top[0][0] > level or (held == 0 and state[2] > top):
+                _become(f, HELD, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
+                        version, state)
+                continue
+        if _valid(held_low, HELD, version, mode):
+            f = held_low[0][2]
+            if held_low[0][0] < level:
+                _become(f, FREE, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
+                        version, state)
+                continue
+        state[4] = level
+        return
