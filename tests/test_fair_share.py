@@ -200,6 +200,30 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(12))
+def test_a_few_flows_on_one_link_scanned_finish_as_the_whole_event_loop_says(seed):
+    """Groups of a few flows with nothing below their link (a cell's transfers) are scanned, not heaped: the
+    same completion times as the lockstep loop, through ties of caps and starts, cancels and idle gaps."""
+    from emulator.system.fluid import _advance
+    from emulator.system.one_bottleneck import SMALL, finish_in_groups
+
+    rng = np.random.default_rng(100 + seed)
+    groups = int(rng.integers(1, 6))
+    sizes = rng.integers(1, SMALL + 1, groups)
+    n, group = int(sizes.sum()), np.repeat(np.arange(groups), sizes)
+    top = rng.lognormal(2, 0.5, groups)
+    cap = np.where(rng.random(n) < 0.3, 4.0, rng.lognormal(1.5, 1, n))  # some caps tie
+    start = np.where(rng.random(n) < 0.2, 3.0, rng.uniform(0, 20, n))  # some starts tie
+    size = rng.uniform(5, 50, n)
+    cancel = np.where(rng.random(n) < 0.2, start + rng.uniform(-1, 10, n), np.inf)  # some before they start
+    got = finish_in_groups(start, size, cap, cancel, group, top, np.full(n, -1), np.zeros(0))
+    got[got > cancel] = np.inf
+    whole = _advance(start, size, group[:, None], top, cap, cancel, group, tree=True)
+    whole[whole > cancel] = np.inf
+    assert np.array_equal(np.isinf(got), np.isinf(whole))
+    assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
+
+
 def test_without_numba_the_same_event_loop_runs_as_plain_python_and_gives_the_same_times(monkeypatch):
     """one_bottleneck.py's event loop is plain Python that numba compiles at its first use: where numba is not
     installed the interpreter runs it (slower), with the same completion times."""

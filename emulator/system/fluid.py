@@ -10,7 +10,7 @@ cell), so the work is cut three ways, none changing a completion time:
   group's events, not the sum of all groups';
 - on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier;
 - a group held together by one link (a cell's few flows; a region's or the server's, with only first links
-  below it) runs in one_bottleneck.py, compiled, where an event costs a fraction of a microsecond instead of
+  below it) runs in one_bottleneck.py, compiled, where an event costs a microsecond or two instead of
   recomputing the group's every rate; the lockstep is left for the rest (links that fill at three tiers,
   or topologies other than a tree).
 """

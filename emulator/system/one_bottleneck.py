@@ -19,8 +19,9 @@ import math
 import numpy as np
 
 WAITING, FREE, HELD, OVER = 0, 1, 2, 3
-_KERNEL = ("_run_groups", "_one_group", "_heap", "_earlier", "_valid", "_left", "_become", "_relevel_cell",
-           "_relevel_top")  # compiled together: each calls the others by their module names
+SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
+_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_heap", "_earlier", "_valid",
+           "_left", "_become", "_relevel_cell", "_relevel_top")  # compiled together: they call each other by name
 _compiled: list = []
 
 
@@ -86,14 +87,86 @@ def _run_groups(arrivals, group_lo, group_hi, group_top, start, size, cap, cance
     heaps = (_heap(), _heap(), _heap(), _heap())  # free flows by completion and by rate, held ones by mark and rate
     stops = _heap()  # by cancel time
     for g in range(len(group_lo)):
+        flows = arrivals[group_lo[g]:group_hi[g]]
+        if len(flows) <= SMALL and _no_cells(flows, cell):
+            _small_group(flows, group_top[g], start, size, cap, cancel, finish, e, mark, mode)
+            continue
         state[:] = 0.0
         state[4] = math.inf
         for heap in heaps:
             heap.clear()
         stops.clear()
-        _one_group(arrivals[group_lo[g]:group_hi[g]], group_top[g], start, size, cap, cancel, cell, cell_lo,
+        _one_group(flows, group_top[g], start, size, cap, cancel, cell, cell_lo,
                    cell_hi, cell_capacity, members, by_cap, finish, e, mark, since, mode, version, state, heaps,
                    stops)
+
+
+def _no_cells(flows, cell) -> bool:
+    for f in flows:
+        if cell[f] >= 0:
+            return False
+    return True
+
+
+def _small_group(arrivals, top, start, size, cap, cancel, finish, rate, left, mode):
+    """A few flows sharing one link and nothing else: at each event every running flow's rate is min(its cap,
+    the link's water level), recomputed by scanning them, and the next event is the first arrival, completion
+    or cancel among them (a cell's handful of transfers, where heaps would cost more than they save)."""
+    n, nxt, running = len(arrivals), 0, 0
+    now = start[arrivals[0]] if n else 0.0
+    while nxt < n or running:
+        level = _scan_level(arrivals, nxt, top, cap, mode)
+        when = start[arrivals[nxt]] if nxt < n else math.inf
+        for k in range(nxt):
+            f = arrivals[k]
+            if mode[f] == FREE:
+                rate[f] = min(cap[f], level)
+                when = min(when, now + left[f] / rate[f], cancel[f])
+        for k in range(nxt):
+            f = arrivals[k]
+            if mode[f] == FREE:
+                if now + left[f] / rate[f] <= when:  # completes now
+                    finish[f], mode[f] = when, OVER
+                    running -= 1
+                elif cancel[f] <= when:
+                    finish[f], mode[f] = math.inf, OVER
+                    running -= 1
+                else:
+                    left[f] -= rate[f] * (when - now)
+        now = when
+        while nxt < n and start[arrivals[nxt]] <= now:
+            f = arrivals[nxt]
+            nxt += 1
+            if cancel[f] <= now:
+                finish[f], mode[f] = math.inf, OVER
+            else:
+                left[f], mode[f] = size[f], FREE
+                running += 1
+
+
+def _scan_level(arrivals, arrived, top, cap, mode) -> float:
+    """The water level of the running flows among the first `arrived` on a link of capacity `top` (math.inf
+    if their caps all fit): their caps taken in ascending order by repeated scans (a handful of flows)."""
+    count = 0
+    for k in range(arrived):
+        if mode[arrivals[k]] == FREE:
+            count += 1
+    below, seen, last = 0.0, 0, -math.inf
+    while seen < count:
+        low, ties = math.inf, 0
+        for k in range(arrived):
+            f = arrivals[k]
+            if mode[f] == FREE and last < cap[f] < low:
+                low, ties = cap[f], 1
+            elif mode[f] == FREE and cap[f] == low:
+                ties += 1
+        for _ in range(ties):
+            if below + (count - seen) * low >= top:
+                return (top - below) / (count - seen)
+            below += low
+            seen += 1
+        last = low
+    return math.inf
 
 
 def _one_group(arrivals, top, start, size, cap, cancel, cell, cell_lo, cell_hi, cell_capacity, members, by_cap,
