@@ -20,7 +20,7 @@ import numpy as np
 
 WAITING, FREE, HELD, OVER = 0, 1, 2, 3
 SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
-_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_heap", "_earlier", "_valid",
+_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_heap", "_earlier", "_valid_rate", "_valid",
            "_left", "_become", "_relevel_cell", "_relevel_top")  # compiled together: they call each other by name
 _compiled: list = []
 
@@ -196,7 +196,9 @@ def _one_group(arrivals, top, start, size, cap, cancel, cell, cell_lo, cell_hi, 
                 finish[f] = math.inf
                 mode[f] = OVER
                 continue
-            _become(f, FREE, size[f], cap[f], True, heaps, e, mark, since, mode, version, state)
+            # faster than the level: held at once (relevel_top would move it there; its cell may still slow it)
+            joins = HELD if state[3] > 0 and cap[f] > state[4] else FREE
+            _become(f, joins, size[f], cap[f], True, heaps, e, mark, since, mode, version, state)
             if cancel[f] < math.inf:
                 heapq.heappush(stops, (cancel[f], 0, f))
             _relevel_cell(cell[f], cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since,
@@ -224,6 +226,14 @@ def _earlier(when, kind, f, other_when, other_kind, other_f):
     return when, kind, f
 
 
+def _valid_rate(heap, wanted, sign, e, mode) -> bool:
+    """Whether the heap of rates (sign * e) holds a flow in mode `wanted` at its current e; stale ones on top
+    are dropped (a held flow's e changes without a new version: see _become)."""
+    while len(heap) and (mode[heap[0][2]] != wanted or sign * heap[0][0] != e[heap[0][2]]):
+        heapq.heappop(heap)
+    return len(heap) > 0
+
+
 def _valid(heap, wanted, version, mode) -> bool:
     """Whether the heap holds a current entry of a flow in mode `wanted`; stale ones on top are dropped."""
     while len(heap) and (version[heap[0][2]] != heap[0][1] or mode[heap[0][2]] != wanted):
@@ -238,6 +248,10 @@ def _left(f, e, mark, since, mode, state) -> float:
 def _become(f, new_mode, remaining, demand, has_demand, heaps, e, mark, since, mode, version, state):
     """Flow f, `remaining` bytes left now, from its set to `new_mode`'s (with a new e, if `has_demand`)."""
     free_done, free_top, held_done, held_low = heaps
+    if new_mode == HELD and mode[f] == HELD:  # a held flow's new cap from its cell: its mark stays, as on V
+        e[f] = demand
+        heapq.heappush(held_low, (e[f], version[f], f))
+        return
     version[f] += 1
     now, v = state[0], version[f]
     if mode[f] == FREE:
@@ -294,13 +308,13 @@ def _relevel_top(top, heaps, e, mark, since, mode, version, state):
     while True:
         held = state[3]
         level = (top - state[2]) / held if held > 0 else math.inf
-        if _valid(free_top, FREE, version, mode):
+        if _valid_rate(free_top, FREE, -1.0, e, mode):
             f = free_top[0][2]
             if -free_top[0][0] > level or (held == 0 and state[2] > top):
                 _become(f, HELD, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
                         version, state)
                 continue
-        if _valid(held_low, HELD, version, mode):
+        if _valid_rate(held_low, HELD, 1.0, e, mode):
             f = held_low[0][2]
             if held_low[0][0] < level:
                 _become(f, FREE, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
