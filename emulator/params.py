@@ -173,8 +173,11 @@ def parameter_mask(model: nn.Module) -> np.ndarray:
 
 
 def per_parameter(model: nn.Module, vector: np.ndarray, device: torch.device | str = "cpu") -> list[torch.Tensor]:
-    """Slices of a flat vector shaped like model.parameters(), in that order."""
-    flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
+    """Slices of a flat vector shaped like model.parameters(), in that order (read only: a read-only vector, as
+    Ray's object store hands out the global model, is never written through them)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
     offsets, offset = {}, 0
     for tensor in communicated(model):
         offsets[id(tensor)] = offset
