@@ -66,6 +66,14 @@ def _copy_into(views: list[np.ndarray], vector: np.ndarray) -> None:
         offset += len(view)
 
 
+def _read_only_tensor(vector: np.ndarray) -> torch.Tensor:
+    """A float32 vector as a tensor sharing its memory, for reading only: a read-only vector (as Ray's object
+    store hands out the global model) is never written through it, so torch's warning about one is moot."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(vector)
+
+
 def load(model: nn.Module, vector: np.ndarray) -> None:
     """Copy a flat vector into the model's communicated tensors, in place."""
     vector = np.asarray(vector, dtype=np.float32)
@@ -76,9 +84,7 @@ def load(model: nn.Module, vector: np.ndarray) -> None:
             raise ValueError(f"parameter vector has {len(vector)} values, the model needs {sum(len(v) for v in views)}")
         _copy_into(views, vector)
         return
-    with warnings.catch_warnings():  # a read-only vector (as Ray's object store hands it out) is only read here
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        flat = torch.from_numpy(vector)
+    flat = _read_only_tensor(vector)
     offset = 0
     with torch.no_grad():
         for tensor in tensors:
@@ -173,11 +179,8 @@ def parameter_mask(model: nn.Module) -> np.ndarray:
 
 
 def per_parameter(model: nn.Module, vector: np.ndarray, device: torch.device | str = "cpu") -> list[torch.Tensor]:
-    """Slices of a flat vector shaped like model.parameters(), in that order (read only: a read-only vector, as
-    Ray's object store hands out the global model, is never written through them)."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        flat = torch.from_numpy(np.asarray(vector, dtype=np.float32))
+    """Slices of a flat vector shaped like model.parameters(), in that order, to be read (not written)."""
+    flat = _read_only_tensor(np.asarray(vector, dtype=np.float32))
     offsets, offset = {}, 0
     for tensor in communicated(model):
         offsets[id(tensor)] = offset
