@@ -180,7 +180,7 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     """one_bottleneck.py (held flows on one virtual clock, an event touching only its cell and the flows whose
     demand the level crossed) against the lockstep loop recomputing every rate at every event."""
     from emulator.system.fluid import _advance
-    from emulator.system.one_bottleneck import finish_behind_one_link
+    from emulator.system.one_bottleneck import finish_in_groups
 
     rng = np.random.default_rng(seed)
     n, cells = int(rng.integers(20, 90)), int(rng.integers(2, 12))
@@ -190,8 +190,7 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     top, cap = float(rng.lognormal(3, 1)), rng.lognormal(1.5, 1, n)
     start, size = rng.uniform(0, 20, n), rng.uniform(5, 50, n)
     cancel = np.where(rng.random(n) < 0.2, start + rng.uniform(0, 10, n), np.inf)
-    got = finish_behind_one_link(start.tolist(), size.tolist(), first.tolist(), first_capacity.tolist(), top,
-                                 cap.tolist(), cancel.tolist())
+    got = finish_in_groups(start, size, cap, cancel, np.zeros(n, np.int64), [top], first, first_capacity)
     capacity = np.r_[np.where(np.isinf(first_capacity), 1e18, first_capacity), top]
     whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), capacity, cap, cancel,
                      np.zeros(n, np.int64), tree=True)

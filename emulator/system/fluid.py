@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emulator.system.fair_share import _check, _water_levels, max_min_rates, tree_rates
+from emulator.system.fair_share import _check, max_min_rates, tree_rates
 from emulator.system.one_bottleneck import finish_in_groups
 
 
@@ -109,16 +109,14 @@ def _advance(start, size, links, capacity, cap, cancel, group, tree: bool) -> np
 
     The flows are kept in the order (group, first link, cap): a group's flows side by side, so that its next
     event is one reduction over its segment, and each first link's flows by cap, the order its water level
-    needs (that sort skipped). Finished flows drop out, the order kept. Where only first links can fill (a
-    tree whose upper links are roomy), a flow's rate is its cap lowered to its first link's level alone."""
+    needs (that sort skipped). Finished flows drop out, the order kept. (A group whose flows meet only at
+    one link never gets here: finish_times gives it to one_bottleneck.py.)"""
     order = np.lexsort((cap, links[:, 0], group))
     start, size, links, cap, cancel = start[order], size[order], links[order], cap[order], cancel[order]
     _, group = np.unique(group[order], return_inverse=True)
     now = np.minimum.reduceat(start, np.flatnonzero(np.diff(group, prepend=-1)))  # each group's first start
     left, finish = size.copy(), np.full(len(size), np.nan)
     index = np.arange(len(size))
-    first_only = tree and bool((links[:, 1:] < 0).all()) and bool((links[:, 0] >= 0).all())
-    first_link = links[:, 0]
     while index.size:
         first = np.ones(len(group), dtype=bool)
         np.not_equal(group[1:], group[:-1], out=first[1:])
@@ -126,9 +124,7 @@ def _advance(start, size, links, capacity, cap, cancel, group, tree: bool) -> np
         clock = now[group]
         running = start <= clock
         rates = np.zeros(len(index))
-        if first_only and running.any():
-            rates[running] = np.minimum(cap[running], _water_levels(first_link[running], cap[running], capacity, True))
-        elif tree and running.any():
+        if tree and running.any():
             rates[running] = tree_rates(links[running], capacity, cap[running], presorted=True)
         elif running.any():
             rates[running] = max_min_rates(links[running], capacity, cap[running])
@@ -145,8 +141,8 @@ def _advance(start, size, links, capacity, cap, cancel, group, tree: bool) -> np
         finish[index[done]] = clock[done]
         finish[index[stopped]] = np.inf
         keep = ~(done | stopped)
-        index, group, start, size, links, first_link, cap, cancel, left = (
-            a[keep] for a in (index, group, start, size, links, first_link, cap, cancel, left))
+        index, group, start, size, links, cap, cancel, left = (
+            a[keep] for a in (index, group, start, size, links, cap, cancel, left))
     out = np.empty_like(finish)
     out[order] = finish
     return out

@@ -72,12 +72,6 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     return finish
 
 
-def finish_behind_one_link(start, size, first, first_capacity, top_capacity: float, cap, cancel) -> np.ndarray:
-    """finish_in_groups for one group: flows behind their first links and one shared link of `top_capacity`."""
-    return finish_in_groups(start, size, cap, cancel, np.zeros(len(start), dtype=np.int64), [top_capacity], first,
-                            first_capacity)
-
-
 def _run_groups(arrivals, group_lo, group_hi, group_top, start, size, cap, cancel, cell, cell_lo, cell_hi,
                 cell_capacity, members, by_cap, finish):
     n = len(start)
