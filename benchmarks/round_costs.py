@@ -99,7 +99,7 @@ def population_child(rounds: int, out: str) -> None:
     runner = {k: statistics.mean(r[k] for r in rounds) for k in parts}
     print(json.dumps({"status": result.summary["status"], "round_s": (t1 - t0) / n,
                       "fetched_per_round": (last["fetched"] - first["fetched"]) / n,
-                      "sums_per_round": (last.get("sums", 0) - first.get("sums", 0)) / n,
+                      "sums_per_round": (last["sums"] - first["sums"]) / n,
                       "other_per_round": (last["other"] - first["other"]) / n,
                       "put_per_round": (last["put"] - first["put"]) / n,
                       "wait_s": (last["wait_s"] - first["wait_s"]) / n,
