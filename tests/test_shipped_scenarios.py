@@ -211,6 +211,7 @@ ON_RAY = {
     "security/backdoor_always_on.yaml",  # attackers: poisoned training on the runners, the backdoor measured
     "worlds/eligible_at_night.yaml",     # eligibility by habits, and the devices' energy
     "network/shared_cells.yaml",         # transfers sharing cells, regions and the server's link
+    "network/edge_servers.yaml",         # edge servers: HierFAVG's cloud rounds, per-edge models on the runners
 }
 
 

@@ -25,12 +25,14 @@ from emulator.training.local import LocalTraining, TrainStats
 class RoundKind(str, Enum):
     """What a round is. CLIENT: the selected devices train; SNAPSHOT: a uniform cohort from the whole
     population, waited for (FAST); SERVER: the server trains on its own data (SAFARI); ASYNC: one server
-    update of an asynchronous algorithm. Written to metrics.csv's `kind` as its value."""
+    update of an asynchronous algorithm; CLOUD: rounds at every edge server, then the cloud's average of
+    theirs (HierFAVG). Written to metrics.csv's `kind` as its value."""
 
     CLIENT = "client"
     SNAPSHOT = "snapshot"
     SERVER = "server"
     ASYNC = "async"
+    CLOUD = "cloud"
 
     def __str__(self) -> str:
         return self.value
@@ -116,6 +118,7 @@ class Algorithm:
     shared_share = 1.0  # the share of the model that travels (FedPer's personal layers never do)
     asynchronous = False  # True: no rounds; every plan is an ASYNC server update fed through `apply`
     concurrency: int | None = None  # an asynchronous algorithm's devices training at once
+    hierarchical = False  # True: CLOUD rounds over edge servers (algorithms/hierarchical.py), with `cloud_every`
 
     def __init__(self, config, context: AlgorithmContext):
         self.config = config
@@ -209,4 +212,4 @@ class Algorithm:
 # Every hook the engines call: what a wrapping algorithm must forward (algorithms/hosted.py).
 HOOKS = tuple(name for name, value in vars(Algorithm).items()
               if callable(value) and not name.startswith("_") and name not in ("state", "load_state"))
-ATTRIBUTES = ("payload", "personal", "shared_share", "asynchronous", "concurrency")
+ATTRIBUTES = ("payload", "personal", "shared_share", "asynchronous", "concurrency", "hierarchical")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from emulator.aggregation import optimizers as server_optimizers
 from emulator.aggregation import robust
 from emulator.aggregation.optimizers import ServerOptimizer, adaptive
-from emulator.algorithms import asynchronous, fast, fedavg, fsl, personalized, safari, scaffold, selection
+from emulator.algorithms import asynchronous, fast, fedavg, fsl, hierarchical, personalized, safari, scaffold, selection
 from emulator.data import custom, leaf
 from emulator.data.leaf import LEAF_DATASETS, leaf_classes, leaf_input_shape, load_leaf
 from emulator.data.partition import (
@@ -59,6 +59,7 @@ register_algorithm("ds", fsl.DataSharing, config=fsl.DataSharingConfig, needs_se
 register_algorithm("fast", fast.Fast, config=fast.FastConfig, client_dp=True)
 register_algorithm("fedasync", asynchronous.FedAsync, config=asynchronous.FedAsyncConfig)
 register_algorithm("fedbuff", asynchronous.FedBuff, config=asynchronous.FedBuffConfig)
+register_algorithm("hierfavg", hierarchical.HierFAVG, config=hierarchical.HierFAVGConfig, hierarchical=True)
 
 
 # --------------------------------------------------------------------------------------------- models

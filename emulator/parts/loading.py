@@ -8,7 +8,7 @@ from pathlib import Path
 
 from emulator.parts.plugins import load_builtins, load_entry_points, load_plugins
 from emulator.scenario import Scenario, ScenarioError, apply_overrides, parse_scenario, read_yaml, with_plugins
-from emulator.system.checks import check_population, machine_memory, population_fits, resolve_files
+from emulator.system.checks import check_edges, check_population, machine_memory, population_fits, resolve_files
 from emulator.system.preflight import preflight
 
 
@@ -31,6 +31,7 @@ def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | 
     too_big = population_fits(scenario.population.devices, machine_memory())
     if too_big:  # before the checks below allocate anything per device
         raise ScenarioError(too_big)
+    check_edges(scenario, source)  # every edge server has devices (those attached by a trace: in resolve_files)
     preflight(scenario, source)  # what the server would refuse once started: the model and algorithm built here
     return scenario
 

@@ -5,7 +5,8 @@ links to the server's link. Every link has an up capacity (what it carries towar
 and a down capacity (downloads). Transfers crossing a link share it max-min fairly, each also capped by
 its device's own link (population.network); emulator/system/network.py builds the tree, and
 emulator/system/fair_share.py times the transfers on it. Without this section each transfer takes its
-bytes over its device's own speed alone, as if nobody else were sending.
+bytes over its device's own speed alone, as if nobody else were sending. `edges` puts an edge server at
+every region (emulator/system/edges.py).
 """
 from __future__ import annotations
 
@@ -62,18 +63,33 @@ class RegionTier(LinkCapacity):
         return self
 
 
+class EdgeTier(Strict):
+    """An edge server at every region, between its devices and the cloud (system/edges.py): it runs its own
+    rounds with its region's devices, whose transfers end at their access links, and exchanges models with
+    the cloud over its region's link and the server's. `deadline_s`: an edge round's deadline (None:
+    system.deadline_s). How many devices an edge round aims for, and how many edge rounds pass between two
+    of the cloud's averages, are the algorithm's (hierfavg's clients_per_round and cloud_every)."""
+
+    deadline_s: Optional[float] = Field(None, gt=0)
+
+
 class NetworkConfig(Strict):
-    """The shared links. `server` is the server's own link (its ingress carries every upload)."""
+    """The shared links. `server` is the server's own link (its ingress carries every upload); `edges`, edge
+    servers at the regions."""
 
     access: AccessTier
     regions: Optional[RegionTier] = None
     server: Optional[LinkCapacity] = None
+    edges: Optional[EdgeTier] = None
 
     @model_validator(mode="after")
     def _regions_by_zone_need_links_by_zone(self):
         if self.regions is not None and self.regions.by == "zone" and self.access.attach != "zone":
             raise ScenarioFieldError("system.network.regions.by", "regions by zone need access links by zone: set "
                                      "system.network.access.attach: zone")
+        if self.edges is not None and self.regions is None:
+            raise ScenarioFieldError("system.network.edges", "edge servers sit at the regions, between their access "
+                                     "links and the server: give system.network.regions (count, or by: zone)")
         return self
 
     def check_population(self, devices: int, zones: int | None) -> None:

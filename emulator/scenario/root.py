@@ -98,6 +98,7 @@ class Scenario(Strict):
                                      "leave system.network out")
         if self.system.network is not None:
             self.system.network.check_population(population.devices, _time_zones(population))
+        _check_edges(self)
         if population.energy is not None and isinstance(self.algorithm, AsynchronousTraining):
             raise ScenarioFieldError("population.energy", f"{self.algorithm.name} is asynchronous; the energy of a "
                                      "device's work is charged in synchronous rounds: use a synchronous algorithm, or "
@@ -136,6 +137,24 @@ def _check_attacks(scenario) -> None:
         problem = judge(shape, classes)
         if problem:
             raise ScenarioFieldError(f"population.types[{k}].attack.{problem[0]}", problem[1])
+
+
+def _check_edges(scenario) -> None:
+    """Edge servers (system.network.edges) and an algorithm that aggregates at them come together."""
+    network, algo = scenario.system.network, scenario.algorithm
+    edges = network is not None and network.edges is not None
+    hierarchical = bool(ALGORITHMS.get(algo.name).fact("hierarchical"))
+    if hierarchical and not edges:
+        raise ScenarioFieldError("system.network.edges", f"{algo.name} averages at edge servers, one a region: give "
+                                 "system.network its regions and edges: {} (or choose a flat algorithm)")
+    if edges and not hierarchical:
+        raise ScenarioFieldError("algorithm.name", f"{algo.name} takes every report at one server, but "
+                                 "system.network.edges puts edge servers between the devices and it: use hierfavg "
+                                 "(edges average their devices' models, the cloud the edges'), or leave edges out")
+    if edges and scenario.secure_aggregation is not None:
+        raise ScenarioFieldError("secure_aggregation", "its cost model prices one masked sum at one server; with "
+                                 "system.network.edges each edge would run its own protocol, which is not modelled: "
+                                 "leave secure_aggregation or edges out")
 
 
 def _check_local_test(data: DataConfig) -> None:

@@ -20,6 +20,7 @@ from emulator.parts.loading import load_parts
 from emulator.runtime.runner import RunContext, RunHandle
 from emulator.scenario import Scenario
 from emulator.server.asynchronous import AsynchronousEngine
+from emulator.server.hierarchical import HierarchicalEngine
 from emulator.server.observers import ParticipationLedger, observers_for
 from emulator.server.preflight import preflight
 from emulator.server.record import RECORD_COLUMNS, RoundRecord
@@ -53,8 +54,9 @@ class FederatedServer:
         load_parts(scenario.get("plugins", []))  # before unpickling or validating: the plugins' classes
         scenario = pickle.loads(validated) if validated is not None else Scenario.model_validate(scenario)
         self.world = ServerWorld(scenario, run, runners, state_dir)
-        asynchronous = self.world.algorithm.asynchronous
-        self.engine = AsynchronousEngine(self.world) if asynchronous else SynchronousEngine(self.world)
+        algorithm = self.world.algorithm
+        self.engine = (AsynchronousEngine if algorithm.asynchronous else HierarchicalEngine if algorithm.hierarchical
+                       else SynchronousEngine)(self.world)
         self.observers = observers_for(self.world)
         self.ledger = next(o for o in self.observers if isinstance(o, ParticipationLedger))
         self.round = 0

@@ -64,12 +64,13 @@ class SynchronousEngine:
         return PlayedRound(plan, outcome, devices, counts, stats, aggregated=devices,
                            events=[(r, t, d, e) for t, d, e in outcome.events])
 
-    def _jobs(self, r: int, devices: np.ndarray, counts: np.ndarray) -> list[DeviceJob]:
-        """What each reporting device trains: its spec, seed, inputs, own state and attack."""
+    def _jobs(self, r: int, devices: np.ndarray, counts: np.ndarray, seeds: list[int] | None = None) -> list[DeviceJob]:
+        """What each reporting device trains: its spec, seed (`seeds`, else the round's), inputs, own state and
+        attack."""
         world, algorithm, seed = self.world, self.world.algorithm, self.world.scenario.seed
         how, hostile = algorithm.personal, world.adversaries  # own state (FedPer, Ditto), attackers' attacks
         attack_seed = torch_seed(seed, "attack", r)  # the round's, shared by its attackers
-        seeds = torch_seeds(seed, "train", r, devices)
+        seeds = torch_seeds(seed, "train", r, devices) if seeds is None else seeds
         return [DeviceJob(int(d), algorithm.local_training(int(d)), s, int(c), algorithm.job_payload(int(d)), how,
                           None if how is None else algorithm.own_state(int(d)),
                           None if hostile is None else hostile.attack_of(int(d)), attack_seed)

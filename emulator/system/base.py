@@ -40,6 +40,8 @@ class CohortRequest:
     snapshot: bool = False  # sample from the whole population and wait for those devices to check in
     wait_for_all: bool = False  # draw exactly `target` devices, no over-selection: the round waits for all
     secure: SecureAggregation | None = None  # secure aggregation's protocol around the upload
+    edge: int | None = None  # an edge server's round: its region's devices, transfers ending at their access links
+    deadline_s: float | None = None  # the round's deadline instead of system.deadline_s (an edge server's own)
 
 
 @dataclass

@@ -1,6 +1,6 @@
-"""The checks of a scenario that need the system model: trace files found and readable, and the rules of
-behaviour tied to data (population.ties and .types). The schema only describes; the entry points run
-these right after it (emulator/parts/loading.py), before anything runs."""
+"""The checks of a scenario that need the system model: trace files found and readable, devices for every
+edge server, and the rules of behaviour tied to data (population.ties and .types). The schema only
+describes; the entry points run these right after it (emulator/parts/loading.py), before anything runs."""
 from __future__ import annotations
 
 import os
@@ -12,7 +12,8 @@ from emulator.errors import ScenarioError
 from emulator.scenario import Scenario, ScenarioFieldError
 from emulator.seeding import assign_by_share
 from emulator.system import traces
-from emulator.system.network import attachment_trace
+from emulator.system.edges import EdgeServers
+from emulator.system.network import Network, attachment_trace
 from emulator.system.ties import check_ties
 
 
@@ -23,6 +24,21 @@ def check_population(scenario: Scenario, source: str = "scenario") -> None:
         return
     try:
         check_ties(population)
+    except ScenarioFieldError as exc:
+        raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
+
+
+def check_edges(scenario: Scenario, source: str = "scenario", traced: bool = False) -> None:
+    """Every edge server (system.network.edges) has devices to serve. Regions by zone are the zones devices
+    live in, so none is empty; regions dealt access links in turn may be. Devices attached by a trace are
+    checked once the trace is found (`traced`, from resolve_files)."""
+    network = scenario.system.network
+    if network is None or network.edges is None or network.regions.by == "zone" or (
+            network.access.trace is not None) != traced:
+        return
+    try:
+        EdgeServers(network.edges, Network(network, scenario.population.devices, scenario.seed),
+                    scenario.population.devices)
     except ScenarioFieldError as exc:
         raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
 
@@ -82,6 +98,7 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
             attachment_trace(access.trace, population.devices)
         except ScenarioFieldError as exc:
             raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
+        check_edges(scenario, source, traced=True)
     compute, network = population.compute, population.network
     if compute.kind == network.kind == "trace" and (compute.file, compute.format) == (network.file, network.format) \
             and compute.assign != network.assign:

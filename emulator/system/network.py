@@ -21,6 +21,10 @@ from emulator.seeding import rng
 from emulator.system.fluid import finish_times
 
 BYTES_PER_MBIT = 1e6 / 8
+# a cloud round's columns, with edge servers (system/edges.py): the edge rounds that failed, the backhaul's bytes
+# and seconds (the last edge server's model leaving for the cloud, until every edge has the cloud's), and how
+# long edge servers waited for the others (their last round closed, until the cloud's model arrived: the mean)
+EDGE_COLUMNS = ("edge_rounds_failed", "backhaul_bytes_up", "backhaul_bytes_down", "backhaul_s", "edge_idle_s")
 
 
 @dataclass
@@ -65,9 +69,11 @@ class Network:
             self.region_of_link = (np.arange(links) % regions.count).astype(np.int32)
         self.regions = 0 if self.region_of_link is None else int(self.region_of_link.max()) + 1
         self.has_server = config.server is not None
+        self.edges = config.edges is not None  # an edge server at every region (system/edges.py)
         self.capacity = {way: self._capacities(config, way) for way in ("up", "down")}
         self.slowdown_sum = np.zeros(devices)  # each device's transfers: taken over alone, summed over its rounds
         self.transfer_rounds = np.zeros(devices, dtype=np.int32)
+        self._tally = _Tally(self.links)  # what the round's transfers carried so far (measure, round_columns)
 
     def _capacities(self, config, way: str) -> np.ndarray:
         """Bytes a second of every link one way: access links, regions, the server."""
@@ -82,10 +88,17 @@ class Network:
     def links(self) -> int:
         return self.access_links + self.regions + int(self.has_server)
 
-    def paths(self, devices: np.ndarray) -> np.ndarray:
-        """(devices, hops): the links each device's transfers cross (the same ids both ways)."""
+    def region_of(self, devices: np.ndarray) -> np.ndarray:
+        """Each device's region (its access link's)."""
+        return self.region_of_link[self.link_of[devices]]
+
+    def paths(self, devices: np.ndarray, access_only: bool = False) -> np.ndarray:
+        """(devices, hops): the links each device's transfers cross (the same ids both ways); `access_only`:
+        to an edge server, which sits behind the access links."""
         access = self.link_of[devices].astype(np.int64)
         hops = [access]
+        if access_only:
+            return access[:, None]
         if self.regions:
             hops.append(self.access_links + self.region_of_link[access].astype(np.int64))
         if self.has_server:
@@ -93,10 +106,11 @@ class Network:
         return np.stack(hops, axis=1)
 
     def transfers(self, devices, start, compute_s, lost_at, bytes_down, bytes_up, down_mbps, up_mbps,
-                  latency_s) -> Transfers:
+                  latency_s, access_only: bool = False) -> Transfers:
         """Each device downloads from `start` (after its latency), computes for `compute_s`, then uploads;
-        one lost at `lost_at` stops moving bytes then (its transfer cancelled, freeing its share)."""
-        paths = self.paths(devices)
+        one lost at `lost_at` stops moving bytes then (its transfer cancelled, freeing its share).
+        `access_only`: the transfers of an edge server's round, which end at the access links."""
+        paths = self.paths(devices, access_only)
         down_cap, up_cap = down_mbps * BYTES_PER_MBIT, up_mbps * BYTES_PER_MBIT
         begin = start + latency_s
         download_done = _timed(begin, bytes_down, paths, self.capacity["down"], down_cap, lost_at)
@@ -112,30 +126,57 @@ class Network:
                          int(bytes_down), int(bytes_up), downloaded, uploaded)
 
     def close_round(self, devices: np.ndarray, shared: Transfers, started: float, closed: float) -> dict[str, float]:
-        """metrics.csv's network columns of a round closed at `closed`, from the transfers completed by then:
-        the mean and largest seconds a device's transfers waited for capacity (beyond their time alone), and
-        each tier's busiest link's utilisation each way (bytes completed over capacity x the round's length).
-        Each device's slowdown (time taken over time alone) joins its running mean (participation.csv)."""
+        """metrics.csv's network columns of a round closed at `closed` (its transfers measured, then the
+        columns over [started, closed])."""
+        self.measure(devices, shared, closed)
+        return self.round_columns(started, closed)
+
+    def measure(self, devices: np.ndarray, shared: Transfers, closed: float) -> None:
+        """Add a closed round's transfers, those completed by `closed`, to the tally the next round_columns
+        reads: the seconds each device's transfers waited for capacity (beyond their time alone) and the
+        bytes each link carried. Each device's slowdown (time taken over time alone) joins its running mean
+        (participation.csv)."""
         down_ok = shared.downloaded & (shared.download_done <= closed)
         up_ok = shared.uploaded & (shared.finish <= closed)
         taken = np.where(down_ok, shared.download_done - shared.begin, 0.0) + np.where(
             up_ok, shared.finish - shared.upload_from, 0.0)
         alone = np.where(down_ok, shared.alone_down_s, 0.0) + np.where(up_ok, shared.alone_up_s, 0.0)
         moved = down_ok | up_ok
-        wait = np.maximum(taken - alone, 0.0)[moved]
+        self._tally.waits.append(np.maximum(taken - alone, 0.0)[moved])
         with np.errstate(divide="ignore", invalid="ignore"):
             slowdown = np.where(alone[moved] > 0, taken[moved] / alone[moved], 1.0)
         self.slowdown_sum[devices[moved]] += slowdown  # a round's devices are distinct
         self.transfer_rounds[devices[moved]] += 1
+        for way, ok, nbytes in (("up", up_ok, shared.bytes_up), ("down", down_ok, shared.bytes_down)):
+            self._tally.carry(way, shared.paths[ok].ravel(), nbytes)
+
+    def round_columns(self, started: float, closed: float) -> dict[str, float]:
+        """The columns of what was measured since the last call: the mean and largest seconds a device's
+        transfers waited, and each tier's busiest link's utilisation each way (bytes carried over capacity x
+        the round's length); the tally starts again."""
+        tally, self._tally = self._tally, _Tally(self.links)
+        wait = np.concatenate(tally.waits) if tally.waits else np.zeros(0)
         columns = {"network_wait_s": float(wait.mean()) if wait.size else 0.0,
                    "network_wait_max_s": float(wait.max()) if wait.size else 0.0}
         length = max(closed - started, 1e-9)
-        for way, ok, nbytes in (("up", up_ok, shared.bytes_up), ("down", down_ok, shared.bytes_down)):
-            carried = np.bincount(shared.paths[ok].ravel(), minlength=self.links + 1)[:self.links] * float(nbytes)
-            utilisation = carried / (self.capacity[way] * length)
+        for way in ("up", "down"):
+            utilisation = tally.carried[way] / (self.capacity[way] * length)
             for tier, links in self.tiers().items():
                 columns[f"{tier}_{way}_utilisation"] = float(utilisation[links].max()) if len(links) else 0.0
         return columns
+
+    def backhaul(self, edges: np.ndarray, begin: np.ndarray, nbytes: int, way: str) -> np.ndarray:
+        """When each edge server's `nbytes` from `begin` have crossed its region's link and the server's (up: to
+        the cloud; down: from it), the edges' transfers sharing those links max-min fairly (one alone on them
+        runs at its region link's rate); what they carried joins the tally."""
+        paths = self.access_links + np.asarray(edges, dtype=np.int64)[:, None]
+        if self.has_server:
+            paths = np.hstack([paths, np.full((len(paths), 1), self.links - 1, dtype=np.int64)])
+        capacity = self.capacity[way]  # a flow's own cap: its region's link, the first it crosses
+        done = finish_times(begin, np.full(len(paths), float(nbytes)), paths, capacity, capacity[paths[:, 0]],
+                            tree=True)
+        self._tally.carry(way, paths.ravel(), nbytes)
+        return done
 
     def tiers(self) -> dict[str, np.ndarray]:
         """Each tier's link ids."""
@@ -148,7 +189,8 @@ class Network:
 
     def columns(self) -> list[str]:
         return ["network_wait_s", "network_wait_max_s"] + [f"{tier}_{way}_utilisation" for way in ("up", "down")
-                                                            for tier in self.tiers()]
+                                                            for tier in self.tiers()] + (
+            list(EDGE_COLUMNS) if self.edges else [])
 
     def device_columns(self) -> dict[str, np.ndarray]:
         """participation.csv's: each device's access link, region, and its transfers' mean slowdown."""
@@ -166,6 +208,18 @@ class Network:
     def load_state(self, state: dict) -> None:
         self.slowdown_sum[:] = state["network_slowdown_sum"]
         self.transfer_rounds[:] = state["network_transfer_rounds"]
+
+
+class _Tally:
+    """A round's measured transfers so far: each device's waits, and the bytes each link carried each way."""
+
+    def __init__(self, links: int):
+        self.links = links
+        self.waits: list[np.ndarray] = []
+        self.carried = {way: np.zeros(links) for way in ("up", "down")}
+
+    def carry(self, way: str, links: np.ndarray, nbytes: int) -> None:
+        self.carried[way] += np.bincount(links, minlength=self.links + 1)[:self.links] * float(nbytes)
 
 
 def _timed(begin, nbytes, paths, capacity, cap, lost_at) -> np.ndarray:

@@ -31,9 +31,11 @@ from emulator.seeding import rng
 from emulator.system.accounting import compute_seconds, transfer_seconds
 from emulator.system.availability_mix import AvailabilityMix
 from emulator.system.base import CohortRequest, RoundOutcome, SystemModel
+from emulator.system.edges import CloudOutcome, CloudRequest, EdgeServers
 from emulator.system.fleet_energy import FleetEnergy
 from emulator.system.network import Network
 from emulator.system.profiles import DeviceProfiles
+from emulator.system.round_close import close_round
 from emulator.system.secure_stages import SecureStages
 from emulator.system.ties import World
 
@@ -61,6 +63,8 @@ class SimulatedSystem(SystemModel):
         self.batteries = None if self.fleet_energy is None else self.fleet_energy.batteries  # None: no level known
         self.network = None if config.network is None else Network(
             config.network, population.devices, scenario.seed, self.availability.timezone_h)
+        self.edge_servers = None if self.network is None or not self.network.edges else EdgeServers(
+            config.network.edges, self.network, population.devices)
         self.eligible = self.availability.eligible_members()  # whose going offline is an abort (None: nobody's)
         self.compute_jitter = population.compute_jitter
         self.dropout_per_hour = population.dropout_per_hour  # a number, or one rate per device when tied to data
@@ -77,27 +81,36 @@ class SimulatedSystem(SystemModel):
     # ------------------------------------------------------------------------------------------ rounds
     def client_round(self, request: CohortRequest) -> RoundOutcome:
         env = simpy.Environment(initial_time=self.now_s)
-        episode = env.process(self._round(env, request))
+        episode = env.process(self.cohort_round(env, request))
         env.run(until=episode)
         self.now_s = env.now
         return episode.value
 
-    def _round(self, env: simpy.Environment, request: CohortRequest):
+    def cloud_round(self, request: CloudRequest) -> CloudOutcome:
+        """A round of every edge server's, then the cloud's exchange with them (system/edges.py)."""
+        env = simpy.Environment(initial_time=self.now_s)
+        episode = env.process(self.edge_servers.cloud_round(self, env, request))
+        env.run(until=episode)
+        self.now_s = env.now
+        return episode.value
+
+    def cohort_round(self, env: simpy.Environment, request: CohortRequest):
+        """One round on the clock, as a SimPy process: check-in, work, close (an edge server's, of its region)."""
         config, started = self.config, env.now
         target = request.target
         needed = max(1, math.ceil(config.min_report_fraction * target))
         wanted = target if request.wait_for_all else math.ceil(target * config.over_selection)
-        deadline = config.deadline_s
+        deadline = config.deadline_s if request.deadline_s is None else request.deadline_s
         if request.snapshot:
             drawn = request.selection.select(self._everyone, wanted, request.rng)
             if config.snapshot_deadline_s is not None:
                 deadline = config.snapshot_deadline_s
         else:
             capacity = request.selection.capacity
-            online = self._online(env.now)
+            online = self._online(env.now, request.edge)
             while capacity(len(online)) < wanted and env.now - started < config.selection_timeout_s:
                 yield env.timeout(config.checkin_poll_s)
-                online = self._online(env.now)
+                online = self._online(env.now, request.edge)
             if capacity(len(online)) < needed:
                 return RoundOutcome(started, env.now, _EMPTY, _EMPTY, failed=True)
             policy = request.selection
@@ -128,15 +141,18 @@ class SimulatedSystem(SystemModel):
             yield close | env.timeout(deadline)
         else:
             yield close
-        outcome = self._close(devices, weight, drawn, plan, tally, started, selected_at, env.now, needed, request)
+        outcome = close_round(self, devices, weight, drawn, plan, tally, started, selected_at, env.now, needed, request)
         if secure is not None and not outcome.failed:  # unmasking, then the server's work, after the close
             yield env.timeout(outcome.protocol["secagg_unmask_s"] + outcome.protocol["secagg_server_s"])
             outcome.end_s, outcome.server_compute_s = env.now, outcome.protocol["secagg_server_s"]
         return outcome
 
-    def _online(self, t: float) -> np.ndarray:
-        """The devices that may check in at t: online, and with a battery at its policy's floor."""
+    def _online(self, t: float, edge: int | None = None) -> np.ndarray:
+        """The devices that may check in at t: online, with a battery at its policy's floor, and in the edge
+        server's region (None: anywhere)."""
         online = self.availability.online_devices(t)
+        if edge is not None:
+            online = online[self.network.region_of(online) == edge]
         return online if self.fleet_energy is None else self.fleet_energy.may_check_in(online, t)
 
     @staticmethod
@@ -214,49 +230,6 @@ class SimulatedSystem(SystemModel):
             out[mask] = self.availability.next_offline(devices[mask], float(t))
         return out
 
-    def _close(self, devices, weight, drawn, plan, tally, started, selected_at, closed, needed, request):
-        reports = np.asarray(tally["reports"], dtype=np.int64)
-        finished_in_time = np.zeros(len(devices), dtype=bool)
-        finished_in_time[reports] = True
-        dropped = plan["dropped"] & (plan["lost_at"] <= closed)
-        aborted = dropped & plan["aborted"]
-        still_working = ~finished_in_time & ~dropped  # includes sampled devices not yet checked in (snapshots)
-        # Classified by why the round closed, not by each device's own timeline: once `target` reports are
-        # in (even at the deadline's instant) the rest are cancelled, including those that would have
-        # missed the deadline anyway; a round short of its target closed at the deadline or with no device
-        # left that could report, so the rest are stragglers (always so in a failed round).
-        arrived = int(weight[reports].sum())
-        reached = arrived >= request.target
-        cancelled = still_working & reached
-        stragglers = still_working & (not reached)
-        failed = arrived < needed
-        downloaded = plan["download_done"] <= np.minimum(closed, plan["lost_at"])
-        protocol, extra_down, extra_up = {}, 0, 0
-        if request.secure is not None:
-            aborted, protocol, extra_down, extra_up = self.secure_stages.finish(request, devices, reports, plan, closed,
-                                                                          failed)
-            n, cost = len(devices), request.secure.cost  # the shares routed with the model; the masked vector's size
-            extra_down += int(downloaded.sum()) * cost.masked_download_bytes(n)
-            extra_up += len(reports) * (cost.masked_upload_bytes(n) - request.bytes_up)
-            failed = failed or aborted
-        reported = np.repeat(devices[reports], weight[reports])
-        energy = {} if self.fleet_energy is None else self.fleet_energy.spend(
-            devices, plan, closed, finished_in_time & (not failed), cancelled, None if self.eligible is None else aborted,
-            self.ledger)
-        self.ledger.record(devices, _EMPTY if failed else devices[reports], devices[dropped], devices[stragglers],
-                           devices[cancelled], devices[aborted])
-        network = {} if self.network is None else self.network.close_round(devices, plan["shared"], selected_at,
-                                                                            closed)
-        events = event_rows(devices, plan, reports, dropped & ~aborted, stragglers, cancelled, selected_at,
-                              closed, aborted) if self.config.events else []
-        return RoundOutcome(
-            start_s=started, end_s=closed, selected=drawn, reported=_EMPTY if failed else reported,
-            dropped=devices[dropped], stragglers=devices[stragglers], cancelled=devices[cancelled],
-            aborted=devices[aborted],
-            bytes_down=int(downloaded.sum()) * request.bytes_down + extra_down,
-            bytes_up=len(reports) * request.bytes_up + extra_up, failed=failed, events=events, protocol=protocol,
-            energy=energy, network=network)
-
     def state(self) -> dict:
         parts = [part.state() for part in (self.fleet_energy, self.network) if part is not None]
         return {**super().state(), "availability": self.availability.state(), **{k: v for p in parts for k, v in p.items()}}
@@ -298,20 +271,6 @@ def timed_transfers(network, devices, start_work, down, compute, up, lost_at, re
     if network is None:
         return start_work + down, start_work + down + compute + up, down, None
     shared = network.transfers(devices, start_work, compute, lost_at, request.bytes_down, request.bytes_up,
-                               profiles.down_mbps[devices], profiles.up_mbps[devices], profiles.latency_s[devices])
+                               profiles.down_mbps[devices], profiles.up_mbps[devices], profiles.latency_s[devices],
+                               access_only=request.edge is not None)
     return shared.download_done, shared.finish, shared.download_done - start_work, shared
-
-
-def event_rows(devices, plan, reports, dropped, stragglers, cancelled, selected_at, closed, aborted) -> list[tuple]:
-    """events.csv's rows of a closed round, in time order."""
-    rows = [(selected_at, int(d), "selected") for d in devices]
-    late_start = plan["start"] > selected_at
-    rows += [(float(plan["start"][k]), int(devices[k]), "checked_in")
-             for k in np.flatnonzero(late_start & (plan["start"] <= closed))]
-    rows += [(float(plan["finish"][k]), int(devices[k]), "reported") for k in reports]
-    rows += [(float(plan["lost_at"][k]), int(devices[k]), "dropped") for k in np.flatnonzero(dropped)]
-    rows += [(float(plan["lost_at"][k]), int(devices[k]), "aborted") for k in np.flatnonzero(aborted)]
-    rows += [(closed, int(devices[k]), "straggler") for k in np.flatnonzero(stragglers)]
-    rows += [(closed, int(devices[k]), "cancelled") for k in np.flatnonzero(cancelled)]
-    rows.sort(key=lambda row: (row[0], row[1]))
-    return rows
