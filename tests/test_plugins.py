@@ -331,9 +331,12 @@ def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_tri
 
     extra = {"fast": {"q": 0.5}, "fedasync": {"concurrency": 4},  # settings a name cannot do without
              "fedbuff": {"concurrency": 4, "buffer": 2}, "fedper": {"personal_layers": ["1.bias"]}}.get(name, {})
+    edges = {"model": "simulated", "network": {"access": {"links": 2, "up_mbps": 1, "down_mbps": 1}, "edges": {},
+                                               "regions": {"count": 2, "up_mbps": 1, "down_mbps": 1}}}
+    world = {"system": edges} if ALGORITHMS.get(name).fact("hierarchical") else {}  # where one must run
     scenario = validate_scenario({"name": "x", "rounds": 3, "algorithm": {"name": name, "clients_per_round": 4,
                                                                           **extra},
-                                  "data": {"server_set": {"size": 20}}, "population": {"devices": 8}})
+                                  "data": {"server_set": {"size": 20}}, "population": {"devices": 8}, **world})
     unchanged = lambda params, spec, purpose: (params.copy(), TrainStats(steps=0, loss=0.0, accuracy=0.0))
     context = AlgorithmContext(num_devices=8, device_sizes=np.full(8, 10), num_params=5, seed=0, total_rounds=3,
                                server_samples=20, server_train=unchanged, model_name="m",
@@ -341,9 +344,12 @@ def test_every_registered_algorithm_keeps_params_on_an_empty_round_and_round_tri
     algorithm = build_algorithm(scenario.algorithm, context)
     params = np.linspace(-1, 1, 5, dtype=np.float32)
     plan = algorithm.plan_round(1)
-    assert plan.kind in ("client", "snapshot", "server", "async")
+    assert plan.kind in ("client", "snapshot", "server", "async", "cloud")
     if plan.kind == "async":  # a server update from the reports the stream delivered: none keeps the model
         kept = algorithm.apply(params, [], 1)
+        assert kept.dtype == np.float32 and np.array_equal(kept, params)
+    elif plan.kind == "cloud":  # no edge server took in a report
+        kept = algorithm.aggregate_edges(params, [(params + 1, 0.0)], 1)
         assert kept.dtype == np.float32 and np.array_equal(kept, params)
     elif plan.kind != "server":
         kept = algorithm.aggregate(params, iter([]), 1)

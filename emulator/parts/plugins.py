@@ -155,7 +155,7 @@ class GuardedAlgorithm:
         def bad(what: str, fix: str):
             raise PluginError(f"plugin {self._origin}: {self._part}'s {hook} returned {what}; {fix}")
 
-        if hook in ("aggregate", "aggregate_partials", "server_round"):
+        if hook in ("aggregate", "aggregate_partials", "server_round", "aggregate_edges", "edge_step"):
             params = result[0] if hook == "server_round" and isinstance(result, tuple) else result
             if not isinstance(params, np.ndarray):
                 bad(type(params).__name__, "return the next global parameters as a numpy array")
