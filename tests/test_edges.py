@@ -10,6 +10,7 @@ import pytest
 
 from conftest import comparable, small_scenario
 from emulator.algorithms.selection import build_selection
+from emulator.analysis.report import write_report
 from emulator.driver import run_scenario
 from emulator.parts import validate_scenario
 from emulator.scenario import ScenarioError
@@ -170,6 +171,12 @@ def test_a_hierfavg_run_learns_and_is_the_same_whatever_the_runners_and_groups(t
     for row in rows:
         assert int(row["participants"]) <= 3 * 2 * 4 and int(row["backhaul_bytes_up"]) > 0
         assert int(row["bytes_up"]) == 3 * 2 * 4 * int(row["backhaul_bytes_up"]) // 3  # 24 reports of one model
+    write_report(runs, tmp_path / "report")  # the edges' tier in the comparison table
+    backhaul = sum(int(r["backhaul_bytes_up"]) + int(r["backhaul_bytes_down"]) for r in rows) / 1e9
+    table = next(line for line in (tmp_path / "report" / "report.md").read_text().splitlines()
+                 if line.startswith("| experiment"))
+    assert "backhaul GB" in table and "edge idle s" in table
+    assert f"| {backhaul:.3f} |" in (tmp_path / "report" / "report.md").read_text()
 
 
 @pytest.mark.parametrize(("change", "says"), [

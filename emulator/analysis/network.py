@@ -1,6 +1,7 @@
 """The shared links in a run (system.network): how long transfers waited for capacity, how busy the cells were,
-and, by region (else by time zone), whose transfers slowed most (participation.csv's transfer_slowdown beside
-each device's region). Pure functions of a run's files."""
+with edge servers the backhaul's bytes and the edges' idle time, and, by region (else by time zone), whose
+transfers slowed most (participation.csv's transfer_slowdown beside each device's region). Pure functions of
+a run's files."""
 from __future__ import annotations
 
 import math
@@ -20,6 +21,10 @@ def network_stats(metrics: pd.DataFrame, participation: pd.DataFrame | None) -> 
            "access_up_busiest": float(metrics["access_up_utilisation"].mean())}
     if participation is not None and "transfer_slowdown" in participation:
         row["transfer_slowdown"] = float(participation["transfer_slowdown"].mean())  # NaN (never moved) left out
+    if "backhaul_bytes_up" in metrics:  # edge servers: the edges' tier, and the time they waited for the cloud
+        row["backhaul_gb"] = float(metrics["backhaul_bytes_up"].sum() + metrics["backhaul_bytes_down"].sum()) / 1e9
+        row["edge_idle_s"] = float(metrics["edge_idle_s"].mean())
+        row["edge_rounds_failed"] = int(metrics["edge_rounds_failed"].sum())
     return row
 
 

@@ -48,6 +48,9 @@ COLUMNS = {  # table column -> (heading, format)
     "network_wait_s": ("network wait s", "{:.1f}"),
     "access_up_busiest": ("busiest cell up", "{:.0%}"),
     "transfer_slowdown": ("transfer slowdown", "{:.2f}"),
+    "backhaul_gb": ("backhaul GB", "{:.3f}"),
+    "edge_idle_s": ("edge idle s", "{:.0f}"),
+    "edge_rounds_failed": ("failed edge rounds", "{:.0f}"),
 }
 
 
