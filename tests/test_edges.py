@@ -11,7 +11,7 @@ import pytest
 from conftest import comparable, small_scenario
 from emulator.algorithms.selection import build_selection
 from emulator.analysis.report import write_report
-from emulator.driver import run_scenario
+from emulator.driver import resume_run, run_scenario
 from emulator.parts import validate_scenario
 from emulator.scenario import ScenarioError
 from emulator.seeding import rng
@@ -177,6 +177,22 @@ def test_a_hierfavg_run_learns_and_is_the_same_whatever_the_runners_and_groups(t
                  if line.startswith("| experiment"))
     assert "backhaul GB" in table and "edge idle s" in table
     assert f"| {backhaul:.3f} |" in (tmp_path / "report" / "report.md").read_text()
+
+
+def test_a_resumed_hierfavg_run_ends_as_an_uninterrupted_one(tmp_path):
+    """Markov availability, dropout and a server optimizer's moments: a run stopped after 3 cloud rounds and
+    resumed to 6 has the metrics and participation of one that ran 6 at once."""
+    world = {"rounds": 6, "output.checkpoint_every": 1, "population.dropout_per_hour": 2.0,
+             "population.availability": [{"kind": "markov", "mean_on_s": 900, "mean_off_s": 900}],
+             "algorithm": {"name": "hierfavg", "clients_per_round": 4, "cloud_every": 2, "client_lr": 0.05,
+                           "local_steps": 5, "batch_size": 16, "server_optimizer": {"kind": "adam"},
+                           "server_lr": 0.01}}
+    whole = run_scenario(_edge_scenario(**world), tmp_path / "whole").path
+    part = run_scenario(_edge_scenario(**{**world, "rounds": 3}), tmp_path / "part").path
+    resume_run(part, overrides=["rounds=6"], notify=lambda message: None)
+    assert comparable(part) == comparable(whole)
+    with open(part / "participation.csv") as a, open(whole / "participation.csv") as b:
+        assert a.read() == b.read()
 
 
 @pytest.mark.parametrize(("change", "says"), [
