@@ -23,8 +23,8 @@ On the wire a sum travels as its value in units, 4 bytes a value while every val
 (8 while it fits an int64, the two limbs beyond). `unit_for` picks the unit that keeps the next round's sum
 in 4 bytes a value with room to grow, so runners folding a round's updates send about one model's worth of
 bytes each, as secure aggregation's 32-bit sums do. Of those 4 bytes the top one is mostly the sign's
-(most values are far below the largest), so it travels deflated (zlib): about 3.2 bytes a value, at under
-a millisecond for a model of 10^5 values.
+(most values are far below the largest), so it travels deflated (zlib), at under a millisecond for 10^5
+values: 3.2 bytes a value for population_100k's MLP, 3.8 for Gaussian values.
 """
 from __future__ import annotations
 

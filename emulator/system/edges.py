@@ -18,7 +18,7 @@ import numpy as np
 from emulator.scenario.base import ScenarioFieldError
 from emulator.system.base import CohortRequest, RoundOutcome
 
-_SUMMED = ("dropped", "stragglers", "cancelled", "aborted")
+_JOINED = ("dropped", "stragglers", "cancelled", "aborted")
 
 
 @dataclass(frozen=True)
@@ -98,6 +98,6 @@ def merged(rounds: list[list[RoundOutcome]], started: float, ended: float, netwo
     events = sorted((row for o in flat for row in o.events), key=lambda row: (row[0], row[1]))
     return RoundOutcome(
         start_s=started, end_s=ended, selected=joined("selected"), reported=joined("reported"),
-        **{name: joined(name) for name in _SUMMED}, bytes_down=sum(o.bytes_down for o in flat),
+        **{name: joined(name) for name in _JOINED}, bytes_down=sum(o.bytes_down for o in flat),
         bytes_up=sum(o.bytes_up for o in flat), failed=all(o.failed for o in flat), events=events,
         energy=energy, network=network)

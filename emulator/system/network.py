@@ -96,9 +96,9 @@ class Network:
         """(devices, hops): the links each device's transfers cross (the same ids both ways); `access_only`:
         to an edge server, which sits behind the access links."""
         access = self.link_of[devices].astype(np.int64)
-        hops = [access]
         if access_only:
             return access[:, None]
+        hops = [access]
         if self.regions:
             hops.append(self.access_links + self.region_of_link[access].astype(np.int64))
         if self.has_server:
@@ -124,12 +124,6 @@ class Network:
             done[cut] = np.nextafter(lost_at[cut], np.inf)
         return Transfers(paths, begin, download_done, upload_from, finish, bytes_down / down_cap, bytes_up / up_cap,
                          int(bytes_down), int(bytes_up), downloaded, uploaded)
-
-    def close_round(self, devices: np.ndarray, shared: Transfers, started: float, closed: float) -> dict[str, float]:
-        """metrics.csv's network columns of a round closed at `closed` (its transfers measured, then the
-        columns over [started, closed])."""
-        self.measure(devices, shared, closed)
-        return self.round_columns(started, closed)
 
     def measure(self, devices: np.ndarray, shared: Transfers, closed: float) -> None:
         """Add a closed round's transfers, those completed by `closed`, to the tally the next round_columns
