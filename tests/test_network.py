@@ -131,6 +131,10 @@ def test_a_trace_must_attach_every_device_and_then_decides_who_shares(tmp_path):
     system = SimulatedSystem(scenario_from(raw, "scenario", tmp_path))
     assert system.network.access_links == 3
     assert np.array_equal(system.network.link_of, np.arange(40) % 3)
+    # regions dealt the trace's links in turn: no more regions than links, as for links by count
+    raw["system"]["network"]["regions"] = {"count": 4, "up_mbps": 5, "down_mbps": 5}
+    with pytest.raises(ScenarioError, match=r"system\.network\.regions\.count: 4 regions but the trace .* names 3"):
+        scenario_from(raw, "scenario", tmp_path)
 
 
 def test_shared_links_need_the_simulated_clock_and_synchronous_rounds():

@@ -31,7 +31,7 @@ def validate_scenario(raw: dict, source: str = "scenario", search: list[Path] | 
     too_big = population_fits(scenario.population.devices, machine_memory())
     if too_big:  # before the checks below allocate anything per device
         raise ScenarioError(too_big)
-    check_edges(scenario, source)  # every edge server has devices (those attached by a trace: in resolve_files)
+    check_edges(scenario, source)  # every edge server has devices
     preflight(scenario, source)  # what the server would refuse once started: the model and algorithm built here
     return scenario
 

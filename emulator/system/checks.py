@@ -28,13 +28,12 @@ def check_population(scenario: Scenario, source: str = "scenario") -> None:
         raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
 
 
-def check_edges(scenario: Scenario, source: str = "scenario", traced: bool = False) -> None:
+def check_edges(scenario: Scenario, source: str = "scenario") -> None:
     """Every edge server (system.network.edges) has devices to serve. Regions by zone are the zones devices
-    live in, so none is empty; regions dealt access links in turn may be. Devices attached by a trace are
-    checked once the trace is found (`traced`, from resolve_files)."""
+    live in, and a trace names only links with devices (dealt to no more regions than there are links:
+    resolve_files), so neither leaves a region empty; drawn links dealt to regions in turn may."""
     network = scenario.system.network
-    if network is None or network.edges is None or network.regions.by == "zone" or (
-            network.access.trace is not None) != traced:
+    if network is None or network.edges is None or network.regions.by == "zone" or network.access.trace is not None:
         return
     try:
         EdgeServers(network.edges, Network(network, scenario.population.devices, scenario.seed),
@@ -94,11 +93,15 @@ def resolve_files(scenario: Scenario, base: Path, source: str = "scenario") -> N
     access = scenario.system.network.access if scenario.system.network is not None else None
     if access is not None and access.trace is not None:
         access.trace = resolved(access.trace, "system.network.access.trace")
+        regions = scenario.system.network.regions
         try:
-            attachment_trace(access.trace, population.devices)
+            _, links = attachment_trace(access.trace, population.devices)
+            if regions is not None and regions.count is not None and regions.count > links:
+                raise ScenarioFieldError("system.network.regions.count", f"{regions.count} regions but the trace "
+                                         f"{access.trace} names {links} access links: a region would serve no "
+                                         "device; use at most as many as access links")
         except ScenarioFieldError as exc:
             raise ScenarioError(f"{source}: 1 problem:\n  {exc.path}: {exc.message}") from None
-        check_edges(scenario, source, traced=True)
     compute, network = population.compute, population.network
     if compute.kind == network.kind == "trace" and (compute.file, compute.format) == (network.file, network.format) \
             and compute.assign != network.assign:
