@@ -179,6 +179,49 @@ def test_a_hierfavg_run_learns_and_is_the_same_whatever_the_runners_and_groups(t
     assert f"| {backhaul:.3f} |" in (tmp_path / "report" / "report.md").read_text()
 
 
+def test_edge_rounds_folded_on_the_runners_give_the_numbers_of_updates_sent_one_by_one(tmp_path, monkeypatch):
+    """Each edge's updates folded into sums on the runners (the default here) and every update sent to the
+    server give the same rows, bit for bit; the folded run did fold every edge round with reports."""
+    from emulator.algorithms.hierarchical import HierFAVG
+    from emulator.server.synchronous import SynchronousEngine
+
+    folded, fold = [], SynchronousEngine._folded
+    monkeypatch.setattr(SynchronousEngine, "_folded", lambda self, *a, **k: folded.append(1) or fold(self, *a, **k))
+    runtime = {"runners": 2, "backend": "inline", "group_size": 2}
+    one = run_scenario(_edge_scenario(rounds=3, runtime=runtime), tmp_path / "folded").path
+    assert len(folded) == 3 * 2 * 3  # three cloud rounds of two edge rounds at three edges, all with reports
+    monkeypatch.setattr(HierFAVG, "edge_folding", lambda self: None)
+    other = run_scenario(_edge_scenario(rounds=3, runtime=runtime), tmp_path / "streamed").path
+    assert len(folded) == 18 and comparable(one) == comparable(other)
+
+
+def test_a_runner_restarted_holding_an_edges_sum_costs_time_not_results(tmp_path, monkeypatch):
+    """A runner that restarts after folding an edge's groups, before the server took its sum: those groups are
+    trained again from that edge's model, and the run's rows are those of an uninterrupted one."""
+    from emulator.runtime.runner import DeviceRunner
+    from emulator.server.synchronous import SynchronousEngine
+
+    runtime = {"runners": 2, "backend": "inline", "group_size": 1}
+    reference = run_scenario(_edge_scenario(rounds=2, runtime=runtime), tmp_path / "reference").path
+    real_train, tickets, trained_again = SynchronousEngine._train, [], []
+
+    def train_then_restart(self, groups, devices, folds=None, after_last=None, params_ref=None):
+        def restart_then_take():  # the third edge's groups are all folded: runner 0 restarts, holding nothing
+            if folds is not None and folds[0].ticket not in tickets and len(tickets) == 2:
+                self.world.pool.runners[0].obj = DeviceRunner()
+            if after_last is not None:
+                after_last()
+        yield from real_train(self, groups, devices, folds, restart_then_take, params_ref)
+        if folds[0].ticket in tickets:
+            trained_again.extend(fold.group for fold in folds)
+        tickets.append(folds[0].ticket)
+    monkeypatch.setattr(SynchronousEngine, "_train", train_then_restart)
+
+    restarted = run_scenario(_edge_scenario(rounds=2, runtime=runtime), tmp_path / "restarted").path
+    assert len(set(tickets)) == 2 * 2 * 3 and trained_again
+    assert comparable(restarted) == comparable(reference)
+
+
 def test_a_resumed_hierfavg_run_ends_as_an_uninterrupted_one(tmp_path):
     """Markov availability, dropout and a server optimizer's moments: a run stopped after 3 cloud rounds and
     resumed to 6 has the metrics and participation of one that ran 6 at once."""

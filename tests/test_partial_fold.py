@@ -140,13 +140,13 @@ def test_a_runner_restarted_holding_its_sum_costs_time_not_results(tmp_path, mon
     reference = run_scenario(validate_scenario(raw), tmp_path / "reference")
     real_train, tickets, trained_again = SynchronousEngine._train, [], []
 
-    def train_then_restart(self, groups, devices, folds=None, after_last=None):
+    def train_then_restart(self, groups, devices, folds=None, after_last=None, params_ref=None):
         def restart_then_take():  # the third round's groups are all folded: runner 0 restarts, holding nothing
             if folds is not None and folds[0].ticket not in tickets and len(tickets) == 2:
                 self.world.pool.runners[0].obj = DeviceRunner()
             if after_last is not None:  # the server asks for the sums
                 after_last()
-        yield from real_train(self, groups, devices, folds, restart_then_take)
+        yield from real_train(self, groups, devices, folds, restart_then_take, params_ref)
         if folds is None:
             return
         if folds[0].ticket in tickets:  # the server trains again what a runner lost

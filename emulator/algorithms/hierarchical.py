@@ -17,6 +17,7 @@ import numpy as np
 from pydantic import Field
 
 from emulator.aggregation.mean import WeightedMean, server_update
+from emulator.aggregation.partial import Folding
 from emulator.algorithms.base import ClientUpdate, RoundKind, RoundPlan
 from emulator.algorithms.fedavg import FedAvg
 from emulator.scenario.training import ClientTraining
@@ -44,6 +45,15 @@ class HierFAVG(FedAvg):
     def plan_round(self, round_index: int) -> RoundPlan:
         self.set_round(round_index)
         return RoundPlan(RoundKind.CLOUD, self.config.clients_per_round, self.selection)
+
+    def edge_folding(self) -> Folding | None:
+        """How the runners may fold an edge round's updates (each edge's into sums of its own): when its mean is
+        the plain weighted mean of edge_mean, in the unit edge_mean sums in; None where a robust rule or a
+        subclass's own edge_mean or weight reads the updates."""
+        if self.aggregator is not None or type(self).edge_mean is not HierFAVG.edge_mean or (
+                type(self).weight is not FedAvg.weight):
+            return None
+        return Folding(self.config.weighting)
 
     def edge_mean(self, edge_params: np.ndarray, updates: Iterable[ClientUpdate]) -> WeightedMean:
         """An edge round's weighted mean of its devices' updates (algorithm.aggregator's rule, if one is set)."""

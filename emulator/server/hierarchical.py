@@ -3,14 +3,18 @@
 The world plays the whole cloud round first (system/edges.py: who reported to which edge server in each
 of its rounds, and when), since who takes part never depends on what the models learn. Then the edge
 rounds are trained in order: in the k-th, every edge server's reporting devices train from that edge's
-model (each edge's model put once, its devices' groups cut in draw order, results in job order), their
-updates pass the uplink and the edge moves to its own model plus their mean. After the last, the cloud
+model (each edge's model put once, its devices' groups cut in draw order, results in job order) and the
+edge moves to its own model plus their mean. Where the algorithm's edge mean is the plain weighted mean
+and nothing on the server reads each update, the runners fold each edge's updates into sums of its own
+(an edge after the other), as a flat round's; otherwise every edge's groups train as one batch and the
+updates pass the uplink one by one. After the last, the cloud
 averages the edges' models into the global one.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from emulator.aggregation.mean import WeightedMean
 from emulator.algorithms.base import RoundPlan
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.runtime.runner import DeviceJob
@@ -62,17 +66,36 @@ class HierarchicalEngine(SynchronousEngine):
             devices, counts = distinct_in_draw_order(outcome.reported)
             seeds = torch_seeds(world.scenario.seed, "edge-train", index, devices)
             jobs.append(self._jobs(r, devices, counts, seeds))
-        trained = self._train_edges(jobs, models)
-        hostile = world.adversaries
-        after, weights = [], np.zeros(len(models))
+        rule = algorithm.edge_folding() if self._may_fold() else None
+        means = self._folded_edges(jobs, models, rule, stats) if rule is not None else self._streamed_edges(
+            r, index, jobs, models, stats)
+        after = [algorithm.edge_step(model, mean) for model, mean in zip(models, means)]
+        return after, np.array([mean.weight for mean in means])
+
+    def _folded_edges(self, jobs: list[list[DeviceJob]], models: list[np.ndarray], rule, stats: list) -> list:
+        """Each edge's mean from the sums its devices' updates were folded into on the runners (an edge after
+        the other, each from its own model): the same exact sums as edge_mean's, without the updates travelling."""
+        means = []
+        for edge_jobs, model in zip(jobs, models):
+            mean = WeightedMean(len(model), rule.unit)
+            if edge_jobs:
+                for partial in self._folded(edge_jobs, rule, stats, self.world.pool.put(model)):
+                    mean.merge(partial)
+            means.append(mean)
+        return means
+
+    def _streamed_edges(self, r: int, index: int, jobs: list[list[DeviceJob]], models: list[np.ndarray],
+                        stats: list) -> list:
+        """Each edge's edge_mean of its devices' updates, every edge's groups trained as one batch of tasks;
+        the updates pass the uplink one by one (colluders agree within an edge)."""
+        world, algorithm = self.world, self.world.algorithm
+        trained, hostile, means = self._train_edges(jobs, models), world.adversaries, []
         for edge, model in enumerate(models):
             updates = trained[edge] if hostile is None else hostile.colluded(trained[edge])
             updates = [world.upload.encode(update, r, (r, index, update.device)) for update in updates]
             stats.extend(update.stats for update in updates)
-            mean = algorithm.edge_mean(model, updates)
-            after.append(algorithm.edge_step(model, mean))
-            weights[edge] = mean.weight
-        return after, weights
+            means.append(algorithm.edge_mean(model, updates))
+        return means
 
     def _train_edges(self, jobs: list[list[DeviceJob]], models: list[np.ndarray]) -> list[list]:
         """Each edge's devices' updates, in draw order: all edges' groups as one batch of runner tasks, each

@@ -77,12 +77,14 @@ class SynchronousEngine:
                 for d, c, s in zip(devices, counts, seeds)]
 
     def _folding(self) -> Folding | None:
-        """The algorithm's rule for folding updates on the runners, unless something on the server must
-        see each update: the uplink's per-report work (DP clipping, compression) or colluding attackers."""
+        """The algorithm's rule for folding updates on the runners, where they may fold (_may_fold)."""
+        return self.world.algorithm.partial_fold() if self._may_fold() else None
+
+    def _may_fold(self) -> bool:
+        """Whether nothing on the server must see each update: the uplink's per-report work (DP clipping,
+        compression) or colluding attackers would."""
         world = self.world
-        if world.upload.per_report or (world.adversaries is not None and world.adversaries.collude):
-            return None
-        return world.algorithm.partial_fold()
+        return not (world.upload.per_report or (world.adversaries is not None and world.adversaries.collude))
 
     def _groups(self, jobs: list[DeviceJob]) -> list[list[DeviceJob]]:
         runtime, world = self.world.scenario.runtime, self.world
@@ -90,21 +92,23 @@ class SynchronousEngine:
                           world.device_cost.seconds)
 
     def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None,
-               after_last=None):
+               after_last=None, params_ref=None):
         """What the runners send back for each group (its updates, or a receipt given `folds`), in draw order;
-        `after_last` as in RunnerPool.map_ordered."""
+        `after_last` as in RunnerPool.map_ordered; `params_ref`: the model they train from (the global one)."""
         world, vectorise = self.world, self.world.scenario.runtime.vectorise
         if not groups:
             return
-        params_ref, tasks = world.params_ref(), list(range(len(groups)))
+        params_ref = world.params_ref() if params_ref is None else params_ref
+        tasks = list(range(len(groups)))
         with world.device_cost.timing(devices, len(world.pool.runners)):
             yield from world.pool.map_ordered(tasks, lambda runner, i: runner.train_group.remote(
                 world.run, params_ref, groups[i], vectorise, None if folds is None else folds[i]), after_last)
 
-    def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list) -> list:
+    def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list, params_ref=None) -> list:
         """The round's updates as the sums the runners held (WeightedMeans), each device's stats added to
-        `stats` in draw order. A runner that restarted mid-round lost the groups it had folded: they are
-        trained again (same seeds, same updates) until every group is in exactly one sum."""
+        `stats` in draw order (`params_ref`: the model they train from, the global one unless given). A
+        runner that restarted mid-round lost the groups it had folded: they are trained again (same seeds,
+        same updates) until every group is in exactly one sum."""
         world, groups = self.world, self._groups(jobs)
         ticket = uuid.uuid4().hex  # this playing of the round: a replay after a restart never meets its sums
         folds = [FoldTask(rule, ticket, i) for i in range(len(groups))]
@@ -113,7 +117,7 @@ class SynchronousEngine:
             return [runner.take_sum.remote(world.run.key, ticket) for runner in world.pool.runners]
 
         queued = []  # asked for behind each runner's last task: a runner's sum travels once it is done
-        for receipt in self._train(groups, len(jobs), folds, lambda: queued.extend(take_sums())):
+        for receipt in self._train(groups, len(jobs), folds, lambda: queued.extend(take_sums()), params_ref):
             stats.extend(receipt.stats)
         sums, missing = [], set(range(len(groups)))
         for _ in range(3):
@@ -127,7 +131,7 @@ class SynchronousEngine:
                 return sums
             again = sorted(missing)
             for _ in self._train([groups[i] for i in again], sum(len(groups[i]) for i in again),
-                                 [folds[i] for i in again]):
+                                 [folds[i] for i in again], params_ref=params_ref):
                 pass
         raise RuntimeError(f"groups {sorted(missing)} of the round's updates were lost three times over")
 
