@@ -7,8 +7,8 @@ model (each edge's model put once, its devices' groups cut in draw order, result
 edge moves to its own model plus their mean. Where the algorithm's edge mean is the plain weighted mean
 and nothing on the server reads each update, the runners fold each edge's updates into sums of its own
 (an edge after the other), as a flat round's; otherwise every edge's groups train as one batch and the
-updates pass the uplink one by one. After the last, the cloud
-averages the edges' models into the global one.
+updates pass the uplink one by one. After the last, the cloud averages the edges' models into the global
+one.
 """
 from __future__ import annotations
 
@@ -100,15 +100,11 @@ class HierarchicalEngine(SynchronousEngine):
     def _train_edges(self, jobs: list[list[DeviceJob]], models: list[np.ndarray]) -> list[list]:
         """Each edge's devices' updates, in draw order: all edges' groups as one batch of runner tasks, each
         task reading its edge's model."""
-        world, vectorise = self.world, self.world.scenario.runtime.vectorise
         tasks = [(edge, group) for edge, edge_jobs in enumerate(jobs) for group in self._groups(edge_jobs)]
+        refs = {edge: self.world.pool.put(models[edge]) for edge in {edge for edge, _ in tasks}}
         updates: list[list] = [[] for _ in jobs]
-        if not tasks:
-            return updates
-        refs = {edge: world.pool.put(models[edge]) for edge in {edge for edge, _ in tasks}}
-        with world.device_cost.timing(sum(map(len, jobs)), len(world.pool.runners)):
-            results = world.pool.map_ordered(tasks, lambda runner, task: runner.train_group.remote(
-                world.run, refs[task[0]], task[1], vectorise, None))
-            for (edge, _), group in zip(tasks, results):
-                updates[edge].extend(group)
+        trained = self._train([group for _, group in tasks], sum(map(len, jobs)),
+                              params_ref=[refs[edge] for edge, _ in tasks])
+        for (edge, _), group in zip(tasks, trained):
+            updates[edge].extend(group)
         return updates

@@ -94,15 +94,17 @@ class SynchronousEngine:
     def _train(self, groups: list[list[DeviceJob]], devices: int, folds: list[FoldTask] | None = None,
                after_last=None, params_ref=None):
         """What the runners send back for each group (its updates, or a receipt given `folds`), in draw order;
-        `after_last` as in RunnerPool.map_ordered; `params_ref`: the model they train from (the global one)."""
+        `after_last` as in RunnerPool.map_ordered; `params_ref`: the model they train from (the global one
+        unless given), or a list of one a group."""
         world, vectorise = self.world, self.world.scenario.runtime.vectorise
         if not groups:
             return
         params_ref = world.params_ref() if params_ref is None else params_ref
+        refs = params_ref if isinstance(params_ref, list) else [params_ref] * len(groups)
         tasks = list(range(len(groups)))
         with world.device_cost.timing(devices, len(world.pool.runners)):
             yield from world.pool.map_ordered(tasks, lambda runner, i: runner.train_group.remote(
-                world.run, params_ref, groups[i], vectorise, None if folds is None else folds[i]), after_last)
+                world.run, refs[i], groups[i], vectorise, None if folds is None else folds[i]), after_last)
 
     def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list, params_ref=None) -> list:
         """The round's updates as the sums the runners held (WeightedMeans), each device's stats added to

@@ -80,16 +80,16 @@ class SimulatedSystem(SystemModel):
 
     # ------------------------------------------------------------------------------------------ rounds
     def client_round(self, request: CohortRequest) -> RoundOutcome:
-        env = simpy.Environment(initial_time=self.now_s)
-        episode = env.process(self.cohort_round(env, request))
-        env.run(until=episode)
-        self.now_s = env.now
-        return episode.value
+        return self._episode(lambda env: self.cohort_round(env, request))
 
     def cloud_round(self, request: CloudRequest) -> CloudOutcome:
         """A round of every edge server's, then the cloud's exchange with them (system/edges.py)."""
+        return self._episode(lambda env: self.edge_servers.cloud_round(self, env, request))
+
+    def _episode(self, process):
+        """Run process(env) on a SimPy clock from now to its end; the clock then stands where it ended."""
         env = simpy.Environment(initial_time=self.now_s)
-        episode = env.process(self.edge_servers.cloud_round(self, env, request))
+        episode = env.process(process(env))
         env.run(until=episode)
         self.now_s = env.now
         return episode.value
