@@ -13,16 +13,21 @@ shared links never load numba); where numba is missing the same functions run as
 """
 from __future__ import annotations
 
-import heapq
 import math
 
 import numpy as np
 
 WAITING, FREE, HELD, OVER = 0, 1, 2, 3
+# the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
+# e, mark, since, then each heap's keys; rows of `whole`, mode, version, then each heap's order and places
+E, MARK, SINCE, KEY = 0, 1, 2, 3
+MODE, VERSION, ORDER, PLACE = 0, 1, 2, 6
+FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
 SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
-_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_heap", "_earlier", "_valid_rate", "_valid",
-           "_left", "_become", "_relevel_cell", "_relevel_top")  # compiled together: they call each other by name
-_compiled: list = []
+_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_earlier", "_push", "_remove",
+           "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_relevel_cell", "_relevel_top")
+_ARRANGE = ("_arrange", "_stable_by")
+_compiled: list = []  # the event loop, then _arrange
 
 
 def _event_loop():
@@ -32,12 +37,14 @@ def _event_loop():
         try:
             import numba
         except ImportError:
-            _compiled.append(_run_groups)
+            _compiled.extend((_run_groups, _arrange))
         else:
             names = globals()
-            for name in _KERNEL:
+            for name in _KERNEL:  # no reference counting: they allocate nothing (a third of the time otherwise)
+                names[name] = numba.njit(cache=True, _nrt=False)(names[name])
+            for name in _ARRANGE:
                 names[name] = numba.njit(cache=True)(names[name])
-            _compiled.append(names["_run_groups"])
+            _compiled.extend((names["_run_groups"], names["_arrange"]))
     return _compiled[0]
 
 
@@ -51,48 +58,92 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     finish = np.full(n, np.nan)
     if not n:
         return finish
-    arrivals = np.lexsort((np.arange(n), start, group))  # each group's flows by start (ties: by index)
-    bounds = np.flatnonzero(np.diff(group[arrivals], prepend=-1, append=-1))
-    # each cell's flows, side by side: in the order they arrive (the order their rates are changed in), and by cap
-    # (the order of its water level); a flow's cell: its block's number, -1 where it has no first link that fills
-    fills = first >= 0
-    fills[fills] = np.isfinite(np.asarray(first_capacity, dtype=np.float64)[first[fills]])
-    members = arrivals[fills[arrivals]]
-    members = members[np.argsort(first[members], kind="stable")]
-    by_cap = np.lexsort((cap, first))
-    by_cap = by_cap[fills[by_cap]]
-    starts = np.flatnonzero(np.diff(first[members], prepend=-2)) if len(members) else np.zeros(0, np.int64)
-    cell_lo, cell_hi = starts, np.append(starts[1:], len(members)).astype(np.int64)
-    cell = np.full(n, -1, dtype=np.int64)
-    cell[members] = np.repeat(np.arange(len(starts)), np.diff(np.append(starts, len(members))))
-    cell_capacity = np.asarray(first_capacity, dtype=np.float64)[first[members[starts]]] if len(starts) else np.zeros(0)
-    tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[bounds[:-1]]]]
-    _event_loop()(arrivals, bounds[:-1].astype(np.int64), bounds[1:].astype(np.int64), tops, start, size, cap,
-                  cancel, cell, cell_lo, cell_hi, cell_capacity, members, by_cap, finish)
+    _event_loop()
+    first_capacity = np.ascontiguousarray(first_capacity, dtype=np.float64)
+    arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = _compiled[1](
+        start, cap, cancel, group, first, first_capacity, *(np.argsort(a, kind="stable") for a in (start, cap, cancel)))
+    tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[group_lo]]]
+    real, whole = np.zeros((KEY + 4, n)), np.zeros((PLACE + 4, n), dtype=np.int64)
+    _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
+                 cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(4, dtype=np.int64))
     return finish
 
 
-def _run_groups(arrivals, group_lo, group_hi, group_top, start, size, cap, cancel, cell, cell_lo, cell_hi,
-                cell_capacity, members, by_cap, finish):
-    n = len(start)
-    e, mark, since = np.zeros(n), np.zeros(n), np.zeros(n)
-    mode, version = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    state = np.zeros(5)  # now, V, the free flows' rates summed, how many are held, the level
-    heaps = (_heap(), _heap(), _heap(), _heap())  # free flows by completion and by rate, held ones by mark and rate
-    stops = _heap()  # by cancel time
+def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap, by_cancel):
+    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties by index): each
+    group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can fill),
+    in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1: none);
+    each group's flows that can be cancelled once started, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
+    n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
+    arrivals = _stable_by(group, by_start, groups_bound)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    groups = 0
+    for k in range(n):
+        if k == 0 or group[arrivals[k]] != group[arrivals[k - 1]]:
+            bounds[groups] = k
+            groups += 1
+    bounds[groups] = n
+    fills = np.zeros(n, dtype=np.bool_)
+    for f in range(n):
+        fills[f] = first[f] >= 0 and math.isfinite(first_capacity[first[f]])
+    members = _stable_by(first, arrivals[fills[arrivals]], links)
+    by_cap = _stable_by(first, by_cap[fills[by_cap]], links)
+    cell = np.full(n, -1, dtype=np.int64)
+    cell_bounds = np.zeros((2, len(members)), dtype=np.int64)
+    cell_capacity = np.zeros(len(members))
+    cells = 0
+    for k in range(len(members)):
+        if k == 0 or first[members[k]] != first[members[k - 1]]:
+            if cells:
+                cell_bounds[1, cells - 1] = k
+            cell_bounds[0, cells] = k
+            cell_capacity[cells] = first_capacity[first[members[k]]]
+            cells += 1
+        cell[members[k]] = cells - 1
+    if cells:
+        cell_bounds[1, cells - 1] = len(members)
+    stops = by_cancel[(start[by_cancel] < cancel[by_cancel]) & np.isfinite(cancel[by_cancel])]
+    stops = _stable_by(group, stops, groups_bound)
+    stop_lo = np.zeros(groups + 1, dtype=np.int64)
+    k = 0
+    for g in range(groups):
+        while k < len(stops) and group[stops[k]] < group[arrivals[bounds[g]]]:
+            k += 1
+        stop_lo[g] = k
+    stop_lo[groups] = len(stops)
+    table = np.stack((members, by_cap)) if len(members) else np.zeros((2, 0), dtype=np.int64)
+    return (arrivals, bounds[:groups].copy(), bounds[1:groups + 1].copy(), cell, cell_bounds[:, :cells].copy(),
+            cell_capacity[:cells].copy(), table, stops, stop_lo)
+
+
+def _stable_by(key, order, bound):
+    """`order` sorted by key (integers in [0, bound)), stably: ties keep the order they had (a counting sort)."""
+    starts = np.zeros(bound + 1, dtype=np.int64)
+    for f in order:
+        starts[key[f] + 1] += 1
+    starts = np.cumsum(starts)
+    out = np.empty_like(order)
+    for f in order:
+        out[starts[key[f]]] = f
+        starts[key[f]] += 1
+    return out
+
+
+def _run_groups(arrivals, group_lo, group_hi, group_top, given, cell, cell_bounds, cell_capacity, cells, stops,
+                stop_lo, finish, real, whole, state, count):
+    """Each group in turn; `given`: rows start, size, cap and cancel; `cells`: rows each cell's flows in the
+    order they arrive and by cap, cell c's between cell_bounds[:, c]; `state`: now, V, the free flows' rates
+    summed, how many are held, the level; count: each heap's size."""
     for g in range(len(group_lo)):
         flows = arrivals[group_lo[g]:group_hi[g]]
         if len(flows) <= SMALL and _no_cells(flows, cell):
-            _small_group(flows, group_top[g], start, size, cap, cancel, finish, e, mark, mode)
+            _small_group(flows, group_top[g], given[0], given[1], given[2], given[3], finish, real[E], real[MARK],
+                         whole[MODE])
             continue
         state[:] = 0.0
         state[4] = math.inf
-        for heap in heaps:
-            heap.clear()
-        stops.clear()
-        _one_group(flows, group_top[g], start, size, cap, cancel, cell, cell_lo,
-                   cell_hi, cell_capacity, members, by_cap, finish, e, mark, since, mode, version, state, heaps,
-                   stops)
+        _one_group(flows, group_top[g], given, cell, cell_bounds, cell_capacity, cells,
+                   stops[stop_lo[g]:stop_lo[g + 1]], finish, real, whole, state, count)
 
 
 def _no_cells(flows, cell) -> bool:
@@ -163,24 +214,28 @@ def _scan_level(arrivals, arrived, top, cap, mode) -> float:
     return math.inf
 
 
-def _one_group(arrivals, top, start, size, cap, cancel, cell, cell_lo, cell_hi, cell_capacity, members, by_cap,
-               finish, e, mark, since, mode, version, state, heaps, stops):
-    """One group's events in time order: an arrival, a completion (free or held), a cancel."""
-    free_done, free_top, held_done, held_low = heaps
-    nxt, n = 0, len(arrivals)
-    while nxt < n or state[3] > 0 or _valid(free_done, FREE, version, mode):
+def _one_group(arrivals, top, given, cell, cell_bounds, cell_capacity, cells, stops, finish, real, whole, state,
+               count):
+    """One group's events in time order: an arrival, a completion (free or held), a cancel (`stops`: the
+    group's flows that can be cancelled once started, by cancel time)."""
+    start, size, cap, cancel = given[0], given[1], given[2], given[3]
+    mode = whole[MODE]
+    nxt, n, stop = 0, len(arrivals), 0
+    while nxt < n or count[HELD_DONE] > 0 or count[FREE_DONE] > 0:
         when, kind, f = math.inf, 9, 0
         if nxt < n:
             when, kind, f = start[arrivals[nxt]], 0, arrivals[nxt]
-        if _valid(free_done, FREE, version, mode):
-            when, kind, f = _earlier(when, kind, f, free_done[0][0], 1, free_done[0][2])
-        if _valid(held_done, HELD, version, mode):
-            held_at = state[0] + (held_done[0][0] - state[1]) / state[4]
-            when, kind, f = _earlier(when, kind, f, held_at, 1, held_done[0][2])
-        while len(stops) and mode[stops[0][2]] != FREE and mode[stops[0][2]] != HELD:
-            heapq.heappop(stops)
-        if len(stops):
-            when, kind, f = _earlier(when, kind, f, stops[0][0], 2, stops[0][2])
+        if count[FREE_DONE] > 0:
+            first = whole[ORDER + FREE_DONE, 0]
+            when, kind, f = _earlier(when, kind, f, real[KEY + FREE_DONE, first], 1, first)
+        if count[HELD_DONE] > 0:
+            first = whole[ORDER + HELD_DONE, 0]
+            held_at = state[0] + (real[KEY + HELD_DONE, first] - state[1]) / state[4]
+            when, kind, f = _earlier(when, kind, f, held_at, 1, first)
+        while stop < len(stops) and mode[stops[stop]] == OVER:
+            stop += 1
+        if stop < len(stops):  # a flow still waiting here arrives first, before its cancel
+            when, kind, f = _earlier(when, kind, f, cancel[stops[stop]], 2, stops[stop])
         if state[3] > 0:
             state[1] += state[4] * (when - state[0])
         state[0] = when
@@ -192,26 +247,13 @@ def _one_group(arrivals, top, start, size, cap, cancel, cell, cell_lo, cell_hi, 
                 continue
             # faster than the level: held at once (relevel_top would move it there; its cell may still slow it)
             joins = HELD if state[3] > 0 and cap[f] > state[4] else FREE
-            _become(f, joins, size[f], cap[f], True, heaps, e, mark, since, mode, version, state)
-            if cancel[f] < math.inf:
-                heapq.heappush(stops, (cancel[f], 0, f))
-            _relevel_cell(cell[f], cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since,
-                          mode, version, state)
+            _become(f, joins, size[f], cap[f], True, real, whole, state, count)
         else:
-            if kind == 2:
-                heapq.heappop(stops)
-                when = math.inf
-            finish[f] = when
-            _become(f, OVER, 0.0, 0.0, False, heaps, e, mark, since, mode, version, state)
-            _relevel_cell(cell[f], cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since,
-                          mode, version, state)
-        _relevel_top(top, heaps, e, mark, since, mode, version, state)
-
-
-def _heap():
-    heap = [(0.0, 0, 0)]  # typed by its first entry: (key, the flow's version when pushed, flow)
-    heap.pop()
-    return heap
+            finish[f] = math.inf if kind == 2 else when
+            _become(f, OVER, 0.0, 0.0, False, real, whole, state, count)
+        if cell[f] >= 0:
+            _relevel_cell(cell[f], cap, cell_bounds, cell_capacity, cells, real, whole, state, count)
+        _relevel_top(top, real, whole, state, count)
 
 
 def _earlier(when, kind, f, other_when, other_kind, other_f):
@@ -220,99 +262,151 @@ def _earlier(when, kind, f, other_when, other_kind, other_f):
     return when, kind, f
 
 
-def _valid_rate(heap, wanted, sign, e, mode) -> bool:
-    """Whether the heap of rates (sign * e) holds a flow in mode `wanted` at its current e; stale ones on top
-    are dropped (a held flow's e changes without a new version: see _become)."""
-    while len(heap) and (mode[heap[0][2]] != wanted or sign * heap[0][0] != e[heap[0][2]]):
-        heapq.heappop(heap)
-    return len(heap) > 0
+def _push(h, f, value, real, whole, count):
+    """Flow f into heap h with `value`. Four heaps, each an array of flows ordered by (value, the flow's
+    version, the flow) with each flow's place kept (so a flow leaves it directly): the free flows by completion
+    and by -e, the held flows by mark and by e."""
+    real[KEY + h, f] = value
+    whole[ORDER + h, count[h]] = f
+    count[h] += 1
+    _sift_up(h, count[h] - 1, real, whole)
 
 
-def _valid(heap, wanted, version, mode) -> bool:
-    """Whether the heap holds a current entry of a flow in mode `wanted`; stale ones on top are dropped."""
-    while len(heap) and (version[heap[0][2]] != heap[0][1] or mode[heap[0][2]] != wanted):
-        heapq.heappop(heap)
-    return len(heap) > 0
+def _remove(h, f, real, whole, count):
+    i = whole[PLACE + h, f]
+    count[h] -= 1
+    last = whole[ORDER + h, count[h]]
+    if last != f:
+        whole[ORDER + h, i] = last
+        whole[PLACE + h, last] = i
+        _sift_up(h, i, real, whole)
+        _sift_down(h, whole[PLACE + h, last], real, whole, count)
 
 
-def _left(f, e, mark, since, mode, state) -> float:
-    return mark[f] - state[1] if mode[f] == HELD else mark[f] - e[f] * (state[0] - since[f])
+def _rekey(h, f, value, real, whole, count):
+    """Flow f's value in heap h changed (its version did not): f moved up or down to its place."""
+    real[KEY + h, f] = value
+    _sift_up(h, whole[PLACE + h, f], real, whole)
+    _sift_down(h, whole[PLACE + h, f], real, whole, count)
 
 
-def _become(f, new_mode, remaining, demand, has_demand, heaps, e, mark, since, mode, version, state):
+def _before(h, a, b, real, whole) -> bool:
+    if real[KEY + h, a] != real[KEY + h, b]:
+        return real[KEY + h, a] < real[KEY + h, b]
+    if whole[VERSION, a] != whole[VERSION, b]:
+        return whole[VERSION, a] < whole[VERSION, b]
+    return a < b
+
+
+def _sift_up(h, i, real, whole):
+    order, place = whole[ORDER + h], whole[PLACE + h]
+    f = order[i]
+    while i > 0:
+        parent = (i - 1) >> 1
+        if not _before(h, f, order[parent], real, whole):
+            break
+        order[i] = order[parent]
+        place[order[i]] = i
+        i = parent
+    order[i] = f
+    place[f] = i
+
+
+def _sift_down(h, i, real, whole, count):
+    order, place = whole[ORDER + h], whole[PLACE + h]
+    f = order[i]
+    while 2 * i + 1 < count[h]:
+        child = 2 * i + 1
+        if child + 1 < count[h] and _before(h, order[child + 1], order[child], real, whole):
+            child += 1
+        if not _before(h, order[child], f, real, whole):
+            break
+        order[i] = order[child]
+        place[order[i]] = i
+        i = child
+    order[i] = f
+    place[f] = i
+
+
+def _left(f, real, whole, state) -> float:
+    if whole[MODE, f] == HELD:
+        return real[MARK, f] - state[1]
+    return real[MARK, f] - real[E, f] * (state[0] - real[SINCE, f])
+
+
+def _become(f, new_mode, remaining, demand, has_demand, real, whole, state, count):
     """Flow f, `remaining` bytes left now, from its set to `new_mode`'s (with a new e, if `has_demand`)."""
-    free_done, free_top, held_done, held_low = heaps
-    if new_mode == HELD and mode[f] == HELD:  # a held flow's new cap from its cell: its mark stays, as on V
-        e[f] = demand
-        heapq.heappush(held_low, (e[f], version[f], f))
+    mode = whole[MODE, f]
+    if new_mode == HELD and mode == HELD:  # a held flow's new cap from its cell: its mark stays, as on V
+        real[E, f] = demand
+        _rekey(HELD_LOW, f, demand, real, whole, count)
         return
-    version[f] += 1
-    now, v = state[0], version[f]
-    if mode[f] == FREE:
-        state[2] -= e[f]
-    elif mode[f] == HELD:
+    if mode == FREE:
+        state[2] -= real[E, f]
+        _remove(FREE_DONE, f, real, whole, count)
+        _remove(FREE_TOP, f, real, whole, count)
+    elif mode == HELD:
         state[3] -= 1
+        _remove(HELD_DONE, f, real, whole, count)
+        _remove(HELD_LOW, f, real, whole, count)
+    whole[VERSION, f] += 1
+    now = state[0]
     if has_demand:
-        e[f] = demand
-    mode[f] = new_mode
+        real[E, f] = demand
+    whole[MODE, f] = new_mode
     if new_mode == FREE:
-        state[2] += e[f]
-        mark[f], since[f] = remaining, now
-        heapq.heappush(free_done, (now + remaining / e[f], v, f))
-        heapq.heappush(free_top, (-e[f], v, f))
+        state[2] += real[E, f]
+        real[MARK, f], real[SINCE, f] = remaining, now
+        _push(FREE_DONE, f, now + remaining / real[E, f], real, whole, count)
+        _push(FREE_TOP, f, -real[E, f], real, whole, count)
     elif new_mode == HELD:
         state[3] += 1
-        mark[f] = state[1] + remaining
-        heapq.heappush(held_done, (mark[f], v, f))
-        heapq.heappush(held_low, (e[f], v, f))
+        real[MARK, f] = state[1] + remaining
+        _push(HELD_DONE, f, real[MARK, f], real, whole, count)
+        _push(HELD_LOW, f, real[E, f], real, whole, count)
 
 
-def _relevel_cell(c, cap, cell_lo, cell_hi, cell_capacity, members, by_cap, heaps, e, mark, since, mode, version,
-                  state):
+def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state, count):
     """A cell's flows at its new water level: each runs at min(its cap, level)."""
-    if c < 0:
-        return
-    below, count = 0.0, 0
-    for k in range(cell_lo[c], cell_hi[c]):
+    mode, lo, hi = whole[MODE], cell_bounds[0, c], cell_bounds[1, c]
+    members, by_cap = cells[0], cells[1]
+    below, running = 0.0, 0
+    for k in range(lo, hi):
         if mode[by_cap[k]] == FREE or mode[by_cap[k]] == HELD:
-            count += 1
+            running += 1
     level, seen = math.inf, 0
-    for k in range(cell_lo[c], cell_hi[c]):  # ascending caps: the level where they fill the cell
+    for k in range(lo, hi):  # ascending caps: the level where they fill the cell
         f = by_cap[k]
         if mode[f] != FREE and mode[f] != HELD:
             continue
-        if below + (count - seen) * cap[f] >= cell_capacity[c]:
-            level = (cell_capacity[c] - below) / (count - seen)
+        if below + (running - seen) * cap[f] >= cell_capacity[c]:
+            level = (cell_capacity[c] - below) / (running - seen)
             break
         below += cap[f]
         seen += 1
-    for k in range(cell_lo[c], cell_hi[c]):  # in the order the flows arrived
+    for k in range(lo, hi):  # in the order the flows arrived
         f = members[k]
         if mode[f] != FREE and mode[f] != HELD:
             continue
         want = min(cap[f], level)
-        if want != e[f]:
-            _become(f, mode[f], _left(f, e, mark, since, mode, state), want, True, heaps, e, mark, since, mode,
-                    version, state)
+        if want != real[E, f]:
+            _become(f, mode[f], _left(f, real, whole, state), want, True, real, whole, state, count)
 
 
-def _relevel_top(top, heaps, e, mark, since, mode, version, state):
+def _relevel_top(top, real, whole, state, count):
     """The shared link's level, moving flows between the free and the held sets until it settles."""
-    free_done, free_top, held_done, held_low = heaps
     while True:
         held = state[3]
         level = (top - state[2]) / held if held > 0 else math.inf
-        if _valid_rate(free_top, FREE, -1.0, e, mode):
-            f = free_top[0][2]
-            if -free_top[0][0] > level or (held == 0 and state[2] > top):
-                _become(f, HELD, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
-                        version, state)
+        if count[FREE_TOP] > 0:
+            f = whole[ORDER + FREE_TOP, 0]
+            if real[E, f] > level or (held == 0 and state[2] > top):
+                _become(f, HELD, _left(f, real, whole, state), 0.0, False, real, whole, state, count)
                 continue
-        if _valid_rate(held_low, HELD, 1.0, e, mode):
-            f = held_low[0][2]
-            if held_low[0][0] < level:
-                _become(f, FREE, _left(f, e, mark, since, mode, state), 0.0, False, heaps, e, mark, since, mode,
-                        version, state)
+        if count[HELD_LOW] > 0:
+            f = whole[ORDER + HELD_LOW, 0]
+            if real[E, f] < level:
+                _become(f, FREE, _left(f, real, whole, state), 0.0, False, real, whole, state, count)
                 continue
         state[4] = level
         return
