@@ -199,6 +199,29 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_flows_tied_in_start_cap_and_cancel_behind_one_link_finish_as_the_whole_event_loop_says(seed):
+    """A round's transfers tie often (downloads starting together, a fleet of equal caps, cancels at one
+    deadline): the event loop's orders (numpy's quicksort, each run of ties put back in index order) give
+    the lockstep loop's completion times."""
+    from emulator.system.fluid import _advance
+    from emulator.system.one_bottleneck import finish_in_groups
+
+    rng = np.random.default_rng(200 + seed)
+    n, cells = 300, 40
+    first = rng.integers(0, cells, n)
+    first_capacity = np.full(cells, 12.0)
+    top, cap = 400.0, rng.choice([2.0, 4.0, 8.0], n)
+    start, size = rng.choice([0.0, 1.0, 2.5], n), rng.choice([20.0, 30.0], n)
+    cancel = np.where(rng.random(n) < 0.3, 9.0, np.inf)
+    got = finish_in_groups(start, size, cap, cancel, np.zeros(n, np.int64), [top], first, first_capacity)
+    whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), np.r_[first_capacity, top], cap,
+                     cancel, np.zeros(n, np.int64), tree=True)
+    whole[whole > cancel] = np.inf
+    assert np.array_equal(np.isinf(got), np.isinf(whole)) and np.isinf(whole).any() and np.isfinite(whole).any()
+    assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_a_few_flows_on_one_link_scanned_finish_as_the_whole_event_loop_says(seed):
     """Groups of a few flows with nothing below their link (a cell's transfers) are scanned, not heaped: the

@@ -39,7 +39,7 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     links[~starts] = -1
     crossing = links >= 0
     demand = np.bincount(links[crossing], np.broadcast_to(cap[:, None], links.shape)[crossing], len(capacity))
-    links[crossing & (demand[np.maximum(links, 0)] <= capacity[np.maximum(links, 0)])] = -1  # never fill
+    links[crossing & ~(demand > capacity)[links]] = -1  # links that never fill (-1 reads the last: not crossing)
     finish = np.full(len(cap), np.inf)
     alone = starts & (links < 0).all(axis=1)
     if np.isinf(cap[alone]).any():
@@ -47,41 +47,38 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     finish[alone] = start[alone] + size[alone] / cap[alone]
     shared = np.flatnonzero(starts & ~alone)
     if shared.size:
-        group = _tree_groups(links[shared]) if tree else _groups(links[shared], len(capacity))
-        one_link = _behind_one_link(links[shared], group) if tree else np.zeros(len(shared), dtype=bool)
+        links = links[shared]
+        highest = _highest_hop(links)
+        group = links[np.arange(len(shared)), highest] if tree else _groups(links, len(capacity))
+        one_link = _behind_one_link(links, highest, group, len(capacity)) if tree else np.zeros(len(shared), bool)
         if one_link.any():
             flows = shared[one_link]
-            below = np.where(_highest_hop(links[flows]) > 0, links[flows, 0], -1)  # a cell's own group: none below
+            below = np.where(highest[one_link] > 0, links[one_link, 0], -1)  # a cell's own group: none below
             finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group[one_link],
                                              capacity, below, capacity)
         rest = ~one_link
         if rest.any():
             flows = shared[rest]
-            finish[flows] = _advance(start[flows], size[flows], links[flows], capacity, cap[flows], cancel[flows],
+            finish[flows] = _advance(start[flows], size[flows], links[rest], capacity, cap[flows], cancel[flows],
                                      group[rest], tree)
     finish[finish > cancel] = np.inf
     return finish
 
 
-def _behind_one_link(links: np.ndarray, group: np.ndarray) -> np.ndarray:
+def _behind_one_link(links: np.ndarray, highest: np.ndarray, group: np.ndarray, n_links: int) -> np.ndarray:
     """The flows of groups held together by one link with nothing but first links below it (or nothing: a
     cell's flows alone): those one_bottleneck.py runs, one event at a time in compiled code, instead of the
-    lockstep."""
-    crossing = links >= 0
-    highest = _highest_hop(links)
-    middle = crossing[:, 1:] & (np.arange(1, links.shape[1]) < highest[:, None])
+    lockstep. `highest`: each flow's highest link's column; on a tree, a flow's group is that link."""
+    middle = (links[:, 1:] >= 0) & (np.arange(1, links.shape[1]) < highest[:, None])
     shaped = ~middle.any(axis=1)
-    return shaped & ~np.isin(group, group[~shaped])
+    other = np.zeros(n_links, dtype=bool)
+    other[group[~shaped]] = True
+    return shaped & ~other[group]
 
 
 def _highest_hop(links: np.ndarray) -> np.ndarray:
     """Each flow's last column that names a link: on a tree, its highest link."""
     return links.shape[1] - 1 - np.argmax((links >= 0)[:, ::-1], axis=1)
-
-
-def _tree_groups(links: np.ndarray) -> np.ndarray:
-    """On a tree, flows that share a link share every link above it: a flow's group is its highest link."""
-    return links[np.arange(len(links)), _highest_hop(links)]
 
 
 def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
