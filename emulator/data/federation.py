@@ -12,7 +12,7 @@ import numpy as np
 import torch
 
 from emulator.data.ragged import RaggedRows, offsets_of
-from emulator.data.read_ahead import read_ahead
+from emulator.data.stored_rows import read_ahead, rows
 
 
 def canonical_strides(array: np.ndarray) -> np.ndarray:
@@ -56,8 +56,8 @@ class ArrayDataset:
     def tensors(self, indices: np.ndarray | slice | None = None) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised float32 inputs (int64 token ids for integer x other than uint8) and int64 labels for the
         given sample indices (all when None)."""
-        x = np.asarray(self.x) if indices is None else self.x[indices]  # a RaggedRows x pads the rows taken
-        y = self.y if indices is None else self.y[indices]
+        x = np.asarray(self.x) if indices is None else rows(self.x, indices)  # a RaggedRows x pads the rows taken
+        y = self.y if indices is None else rows(self.y, indices)
         if not x.flags.writeable:  # a view of a stored (memory-mapped, read-only) column: the rows asked for, copied
             x = np.array(x)
         if not y.flags.writeable:
@@ -138,7 +138,7 @@ class Federation:
 
     def read_ahead(self, devices: list[int]) -> None:
         """Where the training rows are memory-mapped and sorted by device (a stored federation), have the
-        kernel read these devices' rows ahead, in this order (data/read_ahead.py); nothing otherwise."""
+        kernel read these devices' rows ahead, in this order (data/stored_rows.py); nothing otherwise."""
         if self.device_indices is not None or not devices:
             return
         index = np.asarray(devices, dtype=np.int64)
