@@ -4,22 +4,29 @@ recomputed whenever a flow starts, finishes or is cancelled, as SimGrid's fluid 
 Most of a round's flows never meet a full link, and those that do meet in small groups (the devices of one
 cell), so the work is cut three ways, none changing a completion time:
 - a link whose flows' caps, all of them at once, fit in its capacity never slows anyone: left out; a flow
-  crossing no other link runs at its cap start to end, in one vectorised step;
+  crossing no other link runs at its cap start to end, in one vectorised step (that sorting of the flows,
+  and of a tree's into groups, is one compiled pass: system/compiled.py);
 - the flows left fall into groups that share no link, and the groups advance side by side, each on its own
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
 - on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier;
 - a group held together by one link (a cell's few flows; a region's or the server's, with only first links
-  below it) runs in one_bottleneck.py, compiled, where an event costs a microsecond or two instead of
+  below it) runs in one_bottleneck.py, compiled, where an event costs about 0.1 µs instead of
   recomputing the group's every rate; the lockstep is left for the rest (links that fill at three tiers,
   or topologies other than a tree).
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
+from emulator.system.compiled import compile_in
 from emulator.system.fair_share import _check, max_min_rates, tree_rates
 from emulator.system.one_bottleneck import finish_in_groups
+
+NEVER, ALONE, SHARED = 0, 1, 2  # a flow's kind: see _prune
+_compiled: list = []
 
 
 def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacity: np.ndarray,
@@ -35,22 +42,20 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     capacity = np.asarray(capacity, dtype=np.float64)
     cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
     _check(links, capacity, cap)
-    starts = np.isfinite(start) & (cancel > start)
-    links[~starts] = -1
-    crossing = links >= 0
-    demand = np.bincount(links[crossing], np.broadcast_to(cap[:, None], links.shape)[crossing], len(capacity))
-    links[crossing & ~(demand > capacity)[links]] = -1  # links that never fill (-1 reads the last: not crossing)
+    _compile()
+    kind = _prune(links, capacity, cap, start, cancel)
     finish = np.full(len(cap), np.inf)
-    alone = starts & (links < 0).all(axis=1)
+    alone = kind == ALONE
     if np.isinf(cap[alone]).any():
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
     finish[alone] = start[alone] + size[alone] / cap[alone]
-    shared = np.flatnonzero(starts & ~alone)
+    shared = np.flatnonzero(kind == SHARED)
     if shared.size:
         links = links[shared]
-        highest = _highest_hop(links)
-        group = links[np.arange(len(shared)), highest] if tree else _groups(links, len(capacity))
-        one_link = _behind_one_link(links, highest, group, len(capacity)) if tree else np.zeros(len(shared), bool)
+        if tree:
+            highest, group, one_link = _tree_shape(links, len(capacity))
+        else:
+            highest, group, one_link = None, _groups(links, len(capacity)), np.zeros(len(shared), bool)
         if one_link.any():
             flows = shared[one_link]
             below = np.where(highest[one_link] > 0, links[one_link, 0], -1)  # a cell's own group: none below
@@ -65,20 +70,55 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     return finish
 
 
-def _behind_one_link(links: np.ndarray, highest: np.ndarray, group: np.ndarray, n_links: int) -> np.ndarray:
-    """The flows of groups held together by one link with nothing but first links below it (or nothing: a
-    cell's flows alone): those one_bottleneck.py runs, one event at a time in compiled code, instead of the
-    lockstep. `highest`: each flow's highest link's column; on a tree, a flow's group is that link."""
-    middle = (links[:, 1:] >= 0) & (np.arange(1, links.shape[1]) < highest[:, None])
-    shaped = ~middle.any(axis=1)
-    other = np.zeros(n_links, dtype=bool)
-    other[group[~shaped]] = True
-    return shaped & ~other[group]
+def _compile() -> None:
+    if not _compiled:
+        compile_in(globals(), ("_prune", "_tree_shape"))
+        _compiled.append(True)
 
 
-def _highest_hop(links: np.ndarray) -> np.ndarray:
-    """Each flow's last column that names a link: on a tree, its highest link."""
-    return links.shape[1] - 1 - np.argmax((links >= 0)[:, ::-1], axis=1)
+def _prune(links, capacity, cap, start, cancel):
+    """Each flow's kind (NEVER starts, crosses no link that can fill: ALONE at its cap, or SHARED), with the
+    links that can never fill (the caps of every flow crossing them, all at once, fit) taken out of `links`
+    (-1), and all of a flow's that never starts. The caps summed on each link in flow order, as
+    np.bincount sums them."""
+    n, hops = links.shape
+    demand = np.zeros(len(capacity))
+    kind = np.full(n, NEVER, dtype=np.int8)
+    for f in range(n):
+        if math.isfinite(start[f]) and cancel[f] > start[f]:
+            kind[f] = ALONE
+            for h in range(hops):
+                if links[f, h] >= 0:
+                    demand[links[f, h]] += cap[f]
+    for f in range(n):
+        for h in range(hops):
+            if links[f, h] >= 0 and kind[f] != NEVER and demand[links[f, h]] > capacity[links[f, h]]:
+                kind[f] = SHARED
+            else:
+                links[f, h] = -1
+    return kind
+
+
+def _tree_shape(links, n_links):
+    """On a tree, each flow's highest link's column, its group (that link: flows sharing a link share every
+    link above it) and whether its group is held together by one link with nothing but first links below
+    it (or nothing: a cell's flows alone): the groups one_bottleneck.py runs, instead of the lockstep."""
+    n, hops = links.shape
+    highest, group = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    shaped, other = np.ones(n, dtype=np.bool_), np.zeros(n_links, dtype=np.bool_)
+    for f in range(n):
+        for h in range(hops):
+            if links[f, h] >= 0:
+                highest[f] = h
+        group[f] = links[f, highest[f]]
+        for h in range(1, highest[f]):
+            if links[f, h] >= 0:
+                shaped[f] = False
+                other[group[f]] = True
+    one_link = np.zeros(n, dtype=np.bool_)
+    for f in range(n):
+        one_link[f] = shaped[f] and not other[group[f]]
+    return highest, group, one_link
 
 
 def _groups(links: np.ndarray, n_links: int) -> np.ndarray:

@@ -17,6 +17,8 @@ import math
 
 import numpy as np
 
+from emulator.system.compiled import compile_in
+
 WAITING, FREE, HELD, OVER = 0, 1, 2, 3
 # the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
 # e, mark, since, then each heap's keys; rows of `whole`, mode, version, then each heap's order and places
@@ -31,20 +33,11 @@ _compiled: list = []  # the event loop, then _arrange
 
 
 def _event_loop():
-    """_run_groups compiled by numba (the functions it calls replaced by their compiled selves), at its first
-    use; the plain function where numba is not installed."""
+    """_run_groups and _arrange compiled (system/compiled.py) at their first use."""
     if not _compiled:
-        try:
-            import numba
-        except ImportError:
-            _compiled.extend((_run_groups, _arrange))
-        else:
-            names = globals()
-            for name in _KERNEL:  # no reference counting: they allocate nothing (a third of the time otherwise)
-                names[name] = numba.njit(cache=True, _nrt=False)(names[name])
-            for name in _ARRANGE:
-                names[name] = numba.njit(cache=True)(names[name])
-            _compiled.extend((names["_run_groups"], names["_arrange"]))
+        compile_in(globals(), _KERNEL, nrt=False)  # the loop allocates nothing
+        compile_in(globals(), _ARRANGE)
+        _compiled.extend((globals()["_run_groups"], globals()["_arrange"]))
     return _compiled[0]
 
 
