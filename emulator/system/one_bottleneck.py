@@ -8,8 +8,9 @@ The flows with e below the level ("free") run at e; the rest ("held") all run at
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
 then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
 nothing else changes. The event loop runs under numba, compiled at its first use in a process (the first
-ever takes about 9 s, later processes load it from numba's cache on disk in about 2 s; worlds without
-shared links never load numba); where numba is missing the same functions run as plain Python, slower.
+ever takes about 12 s with what fluid.py compiles, later processes load it from numba's cache on disk in
+about 2.5 s; worlds without shared links never load numba); where numba is missing the same functions run
+as plain Python, slower.
 """
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
 SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
 _KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_earlier", "_push", "_remove",
            "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_relevel_cell", "_relevel_top")
-_ARRANGE = ("_arrange", "_ties_by_index", "_stable_by")
+_ARRANGE = ("_arrange", "_stable_by")
 _compiled: list = []  # the event loop, then _arrange
 
 
@@ -54,7 +55,7 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     _event_loop()
     first_capacity = np.ascontiguousarray(first_capacity, dtype=np.float64)
     arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = _compiled[1](
-        start, cap, cancel, group, first, first_capacity, *(np.argsort(a) for a in (start, cap, cancel)))
+        start, cap, cancel, group, first, first_capacity, *(_by_value(a) for a in (start, cap, cancel)))
     tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[group_lo]]]
     real, whole = np.zeros((KEY + 4, n)), np.zeros((PLACE + 4, n), dtype=np.int64)
     _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
@@ -62,14 +63,21 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     return finish
 
 
+def _by_value(values: np.ndarray) -> np.ndarray:
+    """Indices by value, ties by index (as a stable sort leaves them): numpy's quicksort, twice as fast as its
+    stable sort, where no two values tie (continuous starts and caps); the stable sort where some do (a fleet
+    of equal links, downloads starting together)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    return np.argsort(values, kind="stable") if (ordered[1:] == ordered[:-1]).any() else order
+
+
 def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap, by_cancel):
-    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties in any order): each
+    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties by index): each
     group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can fill),
     in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1: none);
     each group's flows that can be cancelled once started, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
     n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
-    for values, order in ((start, by_start), (cap, by_cap), (cancel, by_cancel)):
-        _ties_by_index(values, order)
     arrivals = _stable_by(group, by_start, groups_bound)
     bounds = np.zeros(n + 1, dtype=np.int64)
     groups = 0
@@ -109,17 +117,6 @@ def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap,
     table = np.stack((members, by_cap)) if len(members) else np.zeros((2, 0), dtype=np.int64)
     return (arrivals, bounds[:groups].copy(), bounds[1:groups + 1].copy(), cell, cell_bounds[:, :cells].copy(),
             cell_capacity[:cells].copy(), table, stops, stop_lo)
-
-
-def _ties_by_index(values, order):
-    """`order` (indices by their values, ties in any order: numpy's quicksort, twice as fast as its stable
-    sort) with each run of ties put in index order, as a stable sort leaves them."""
-    run = 0
-    for k in range(1, len(order) + 1):
-        if k == len(order) or values[order[k]] != values[order[run]]:
-            if k - run > 1:
-                order[run:k] = np.sort(order[run:k])
-            run = k
 
 
 def _stable_by(key, order, bound):
