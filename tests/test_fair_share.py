@@ -202,7 +202,7 @@ def test_flows_behind_one_shared_link_finish_as_the_whole_event_loop_says(seed):
 @pytest.mark.parametrize("seed", range(4))
 def test_flows_tied_in_start_cap_and_cancel_behind_one_link_finish_as_the_whole_event_loop_says(seed):
     """A round's transfers tie often (downloads starting together, a fleet of equal caps, cancels at one
-    deadline): the event loop's orders (numpy's quicksort, each run of ties put back in index order) give
+    deadline): the event loop's orders (numpy's stable sort where values tie, ties by index) give
     the lockstep loop's completion times."""
     from emulator.system.fluid import _advance
     from emulator.system.one_bottleneck import finish_in_groups
