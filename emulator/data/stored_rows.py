@@ -55,7 +55,8 @@ def rows(array: np.ndarray, indices: np.ndarray | slice) -> np.ndarray:
     """array[indices], in memory of its own where `array` is a whole memory-mapped file's array and `indices`
     a slice of its rows (read with one pread); otherwise the plain indexing (a view of a map stays a view)."""
     if (not isinstance(indices, slice) or indices.step not in (None, 1) or not isinstance(array, np.memmap)
-            or not isinstance(array.base, mmap.mmap) or array.filename is None or not array.flags.c_contiguous):
+            or not isinstance(array.base, mmap.mmap) or array.filename is None or not array.flags.c_contiguous
+            or not hasattr(os, "preadv")):  # a platform without preadv reads through the map
         return array[indices]
     fd = _descriptor(array.filename)
     if fd is None:
