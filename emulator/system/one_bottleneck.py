@@ -26,9 +26,11 @@ WAITING, FREE, HELD, OVER = 0, 1, 2, 3
 E, MARK, SINCE, KEY = 0, 1, 2, 3
 MODE, VERSION, ORDER, PLACE = 0, 1, 2, 6
 FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
+KEPT = 4  # count[KEPT]: whether FREE_TOP is kept (only while the shared link is contended: see _relevel_top)
 SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
 _KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_earlier", "_push", "_remove",
-           "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_relevel_cell", "_relevel_top")
+           "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_keep_free_top", "_relevel_cell",
+           "_relevel_top")
 _ARRANGE = ("_arrange", "_stable_by")
 _compiled: list = []  # the event loop, then _arrange
 
@@ -59,7 +61,7 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[group_lo]]]
     real, whole = np.zeros((KEY + 4, n)), np.zeros((PLACE + 4, n), dtype=np.int64)
     _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
-                 cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(4, dtype=np.int64))
+                 cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(5, dtype=np.int64))
     return finish
 
 
@@ -145,6 +147,7 @@ def _run_groups(arrivals, group_lo, group_hi, group_top, given, cell, cell_bound
             continue
         state[:] = 0.0
         state[4] = math.inf
+        count[KEPT] = 0
         _one_group(flows, group_top[g], given, cell, cell_bounds, cell_capacity, cells,
                    stops[stop_lo[g]:stop_lo[g + 1]], finish, real, whole, state, count)
 
@@ -347,7 +350,8 @@ def _become(f, new_mode, remaining, demand, has_demand, real, whole, state, coun
     if mode == FREE:
         state[2] -= real[E, f]
         _remove(FREE_DONE, f, real, whole, count)
-        _remove(FREE_TOP, f, real, whole, count)
+        if count[KEPT]:
+            _remove(FREE_TOP, f, real, whole, count)
     elif mode == HELD:
         state[3] -= 1
         _remove(HELD_DONE, f, real, whole, count)
@@ -361,12 +365,25 @@ def _become(f, new_mode, remaining, demand, has_demand, real, whole, state, coun
         state[2] += real[E, f]
         real[MARK, f], real[SINCE, f] = remaining, now
         _push(FREE_DONE, f, now + remaining / real[E, f], real, whole, count)
-        _push(FREE_TOP, f, -real[E, f], real, whole, count)
+        if count[KEPT]:
+            _push(FREE_TOP, f, -real[E, f], real, whole, count)
     elif new_mode == HELD:
         state[3] += 1
         real[MARK, f] = state[1] + remaining
         _push(HELD_DONE, f, real[MARK, f], real, whole, count)
         _push(HELD_LOW, f, real[E, f], real, whole, count)
+
+
+def _keep_free_top(real, whole, count):
+    """FREE_TOP built from the free flows (those FREE_DONE holds), then kept."""
+    count[KEPT], count[FREE_TOP] = 1, count[FREE_DONE]
+    for i in range(count[FREE_DONE]):
+        f = whole[ORDER + FREE_DONE, i]
+        real[KEY + FREE_TOP, f] = -real[E, f]
+        whole[ORDER + FREE_TOP, i] = f
+        whole[PLACE + FREE_TOP, f] = i
+    for i in range(count[FREE_TOP] // 2 - 1, -1, -1):
+        _sift_down(FREE_TOP, i, real, whole, count)
 
 
 def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state, count):
@@ -397,10 +414,18 @@ def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state,
 
 
 def _relevel_top(top, real, whole, state, count):
-    """The shared link's level, moving flows between the free and the held sets until it settles."""
+    """The shared link's level, moving flows between the free and the held sets until it settles. The free
+    flows by rate (FREE_TOP) are kept only while the link is contended (a flow held, or the free flows'
+    rates over its capacity): a round's transfers fill it after the first arrive and leave it before the
+    last complete, and in between the heap is built once from the free flows (the same order as kept)."""
     while True:
         held = state[3]
         level = (top - state[2]) / held if held > 0 else math.inf
+        contended = held > 0 or state[2] > top
+        if contended and not count[KEPT]:
+            _keep_free_top(real, whole, count)
+        elif not contended:
+            count[KEPT], count[FREE_TOP] = 0, 0
         if count[FREE_TOP] > 0:
             f = whole[ORDER + FREE_TOP, 0]
             if real[E, f] > level or (held == 0 and state[2] > top):
