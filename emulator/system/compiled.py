@@ -13,6 +13,9 @@ def compile_in(namespace: dict, names, nrt: bool = True) -> bool:
         import numba
     except ImportError:
         return False
+    options = {"cache": True}
+    if not nrt and hasattr(getattr(numba.core.options, "DefaultOptions", None), "_nrt"):
+        options["_nrt"] = False  # numba's private option: a numba without it counts references (slower, same bits)
     for name in names:
-        namespace[name] = numba.njit(cache=True, _nrt=nrt)(namespace[name])
+        namespace[name] = numba.njit(**options)(namespace[name])
     return True
