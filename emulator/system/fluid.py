@@ -26,6 +26,7 @@ from emulator.system.fair_share import _check, max_min_rates, tree_rates
 from emulator.system.one_bottleneck import finish_in_groups
 
 NEVER, ALONE, SHARED = 0, 1, 2  # a flow's kind: see _prune
+OK, INVALID, UNBOUNDED = 0, 1, 2  # what _prune found
 _compiled: list = []
 
 
@@ -41,31 +42,26 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
     cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
-    _check(links, capacity, cap)
     _compile()
-    kind = _prune(links, capacity, cap, start, cancel)
     finish = np.full(len(cap), np.inf)
-    alone = kind == ALONE
-    if np.isinf(cap[alone]).any():
+    status, kind = _prune(links, capacity, cap, start, size, cancel, finish)
+    if status == INVALID:
+        _check(links, capacity, cap)  # raises, naming what is wrong
+        raise ValueError("the flows' links, the capacities or the caps are invalid")
+    if status == UNBOUNDED:
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
-    finish[alone] = start[alone] + size[alone] / cap[alone]
-    shared = np.flatnonzero(kind == SHARED)
-    if shared.size:
-        links = links[shared]
-        if tree:
-            highest, group, one_link = _tree_shape(links, len(capacity))
-        else:
-            highest, group, one_link = None, _groups(links, len(capacity)), np.zeros(len(shared), bool)
-        if one_link.any():
-            flows = shared[one_link]
-            below = np.where(highest[one_link] > 0, links[one_link, 0], -1)  # a cell's own group: none below
-            finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group[one_link],
-                                             capacity, below, capacity)
-        rest = ~one_link
-        if rest.any():
-            flows = shared[rest]
-            finish[flows] = _advance(start[flows], size[flows], links[rest], capacity, cap[flows], cancel[flows],
-                                     group[rest], tree)
+    if tree:
+        flows, group, below, rest, rest_group = _tree_shape(links, kind, len(capacity))
+    else:
+        shared = np.flatnonzero(kind == SHARED)
+        flows, group, below, rest, rest_group = shared[:0], shared[:0], shared[:0], shared, _groups(
+            links[shared], len(capacity))
+    if len(flows):
+        finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group, capacity,
+                                         below, capacity)
+    if len(rest):
+        finish[rest] = _advance(start[rest], size[rest], links[rest], capacity, cap[rest], cancel[rest], rest_group,
+                                tree)
     finish[finish > cancel] = np.inf
     return finish
 
@@ -76,49 +72,84 @@ def _compile() -> None:
         _compiled.append(True)
 
 
-def _prune(links, capacity, cap, start, cancel):
-    """Each flow's kind (NEVER starts, crosses no link that can fill: ALONE at its cap, or SHARED), with the
-    links that can never fill (the caps of every flow crossing them, all at once, fit) taken out of `links`
-    (-1), and all of a flow's that never starts. The caps summed on each link in flow order, as
-    np.bincount sums them."""
+def _prune(links, capacity, cap, start, size, cancel, finish):
+    """(status, each flow's kind): the kind NEVER (it never starts), ALONE (it crosses no link that can fill:
+    it runs at its cap, its finish set here) or SHARED, with the links that can never fill (the caps of
+    every flow crossing them, all at once, fit) taken out of `links` (-1), and all of a flow's that never
+    starts. The caps are summed on each link in flow order, as np.bincount sums them. Status INVALID: a link
+    id out of range, or a capacity or cap not positive (nothing changed then); UNBOUNDED: a flow alone with
+    no cap."""
     n, hops = links.shape
-    demand = np.zeros(len(capacity))
     kind = np.full(n, NEVER, dtype=np.int8)
+    for k in range(len(capacity)):
+        if not capacity[k] > 0:
+            return INVALID, kind
+    for f in range(n):
+        if not cap[f] > 0:
+            return INVALID, kind
+        for h in range(hops):
+            if links[f, h] < -1 or links[f, h] >= len(capacity):
+                return INVALID, kind
+    demand = np.zeros(len(capacity))
     for f in range(n):
         if math.isfinite(start[f]) and cancel[f] > start[f]:
             kind[f] = ALONE
             for h in range(hops):
                 if links[f, h] >= 0:
                     demand[links[f, h]] += cap[f]
+    status = OK
     for f in range(n):
         for h in range(hops):
             if links[f, h] >= 0 and kind[f] != NEVER and demand[links[f, h]] > capacity[links[f, h]]:
                 kind[f] = SHARED
             else:
                 links[f, h] = -1
-    return kind
+        if kind[f] == ALONE:
+            finish[f] = start[f] + size[f] / cap[f]
+            if math.isinf(cap[f]):
+                status = UNBOUNDED
+    return status, kind
 
 
-def _tree_shape(links, n_links):
-    """On a tree, each flow's highest link's column, its group (that link: flows sharing a link share every
-    link above it) and whether its group is held together by one link with nothing but first links below
-    it (or nothing: a cell's flows alone): the groups one_bottleneck.py runs, instead of the lockstep."""
+def _tree_shape(links, kind, n_links):
+    """On a tree, the shared flows split in two, each flow's group its highest link (flows sharing a link
+    share every link above it): those whose group is held together by one link with nothing but first links
+    below it (or nothing: a cell's flows alone), with their group and the first link below it (-1: none),
+    which one_bottleneck.py runs; and the rest, with their group, for the lockstep."""
     n, hops = links.shape
-    highest, group = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
-    shaped, other = np.ones(n, dtype=np.bool_), np.zeros(n_links, dtype=np.bool_)
+    highest, shaped = np.zeros(n, dtype=np.int64), np.ones(n, dtype=np.bool_)
+    other = np.zeros(n_links, dtype=np.bool_)
     for f in range(n):
+        if kind[f] != SHARED:
+            continue
         for h in range(hops):
             if links[f, h] >= 0:
                 highest[f] = h
-        group[f] = links[f, highest[f]]
         for h in range(1, highest[f]):
             if links[f, h] >= 0:
                 shaped[f] = False
-                other[group[f]] = True
-    one_link = np.zeros(n, dtype=np.bool_)
+                other[links[f, highest[f]]] = True
+    ones = rests = 0
     for f in range(n):
-        one_link[f] = shaped[f] and not other[group[f]]
-    return highest, group, one_link
+        if kind[f] == SHARED:
+            if shaped[f] and not other[links[f, highest[f]]]:
+                ones += 1
+            else:
+                rests += 1
+    flows, group, below = np.zeros(ones, np.int64), np.zeros(ones, np.int64), np.zeros(ones, np.int64)
+    rest, rest_group = np.zeros(rests, np.int64), np.zeros(rests, np.int64)
+    ones = rests = 0
+    for f in range(n):
+        if kind[f] != SHARED:
+            continue
+        if shaped[f] and not other[links[f, highest[f]]]:
+            flows[ones], group[ones] = f, links[f, highest[f]]
+            below[ones] = links[f, 0] if highest[f] > 0 else -1  # a cell's own group: none below
+            ones += 1
+        else:
+            rest[rests], rest_group[rests] = f, links[f, highest[f]]
+            rests += 1
+    return flows, group, below, rest, rest_group
 
 
 def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
