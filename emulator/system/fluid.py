@@ -52,13 +52,12 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
     if tree:
         flows, group, below, rest, rest_group = _tree_shape(links, kind, len(capacity))
-    else:
-        shared = np.flatnonzero(kind == SHARED)
-        flows, group, below, rest, rest_group = shared[:0], shared[:0], shared[:0], shared, _groups(
-            links[shared], len(capacity))
-    if len(flows):
-        finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group, capacity,
-                                         below, capacity)
+        if len(flows):
+            finish[flows] = finish_in_groups(start[flows], size[flows], cap[flows], cancel[flows], group, capacity,
+                                             below, capacity)
+    else:  # any topology: every shared flow in the lockstep, grouped by the links they share
+        rest = np.flatnonzero(kind == SHARED)
+        rest_group = _groups(links[rest], len(capacity))
     if len(rest):
         finish[rest] = _advance(start[rest], size[rest], links[rest], capacity, cap[rest], cancel[rest], rest_group,
                                 tree)
