@@ -8,7 +8,7 @@ The flows with e below the level ("free") run at e; the rest ("held") all run at
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
 then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
 nothing else changes. The event loop runs under numba, compiled at its first use in a process (the first
-ever takes about 12 s with what fluid.py compiles, later processes load it from numba's cache on disk in
+ever takes about 14 s with what fluid.py compiles, later processes load it from numba's cache on disk in
 about 2.5 s; worlds without shared links never load numba); where numba is missing the same functions run
 as plain Python, slower.
 """
