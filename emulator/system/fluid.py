@@ -4,8 +4,8 @@ recomputed whenever a flow starts, finishes or is cancelled, as SimGrid's fluid 
 Most of a round's flows never meet a full link, and those that do meet in small groups (the devices of one
 cell), so the work is cut three ways, none changing a completion time:
 - a link whose flows' caps, all of them at once, fit in its capacity never slows anyone: left out; a flow
-  crossing no other link runs at its cap start to end, in one vectorised step (that sorting of the flows,
-  and of a tree's into groups, is one compiled pass: system/compiled.py);
+  crossing no other link runs at its cap start to end (that sorting of the flows, and of a tree's into
+  groups, is two compiled passes: system/compiled.py);
 - the flows left fall into groups that share no link, and the groups advance side by side, each on its own
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
@@ -26,7 +26,6 @@ from emulator.system.fair_share import _check, max_min_rates, tree_rates
 from emulator.system.one_bottleneck import finish_in_groups
 
 NEVER, ALONE, SHARED = 0, 1, 2  # a flow's kind: see _prune
-OK, INVALID, UNBOUNDED = 0, 1, 2  # what _prune found
 _compiled: list = []
 
 
@@ -42,13 +41,11 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
     cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
+    _check(links, capacity, cap)
     _compile()
     finish = np.full(len(cap), np.inf)
-    status, kind = _prune(links, capacity, cap, start, size, cancel, finish)
-    if status == INVALID:
-        _check(links, capacity, cap)  # raises, naming what is wrong
-        raise ValueError("the flows' links, the capacities or the caps are invalid")
-    if status == UNBOUNDED:
+    kind, unbounded = _prune(links, capacity, cap, start, size, cancel, finish)
+    if unbounded:
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
     if tree:
         flows, group, below, rest, rest_group = _tree_shape(links, kind, len(capacity))
@@ -72,23 +69,12 @@ def _compile() -> None:
 
 
 def _prune(links, capacity, cap, start, size, cancel, finish):
-    """(status, each flow's kind): the kind NEVER (it never starts), ALONE (it crosses no link that can fill:
-    it runs at its cap, its finish set here) or SHARED, with the links that can never fill (the caps of
-    every flow crossing them, all at once, fit) taken out of `links` (-1), and all of a flow's that never
-    starts. The caps are summed on each link in flow order, as np.bincount sums them. Status INVALID: a link
-    id out of range, or a capacity or cap not positive (nothing changed then); UNBOUNDED: a flow alone with
-    no cap."""
+    """(each flow's kind, whether a flow ALONE has no cap): the kind NEVER (it never starts), ALONE (it crosses
+    no link that can fill: it runs at its cap, its finish set here) or SHARED, with the links that can never
+    fill (the caps of every flow crossing them, all at once, fit) taken out of `links` (-1), and all of a
+    flow's that never starts. The caps are summed on each link in flow order, as np.bincount sums them."""
     n, hops = links.shape
     kind = np.full(n, NEVER, dtype=np.int8)
-    for k in range(len(capacity)):
-        if not capacity[k] > 0:
-            return INVALID, kind
-    for f in range(n):
-        if not cap[f] > 0:
-            return INVALID, kind
-        for h in range(hops):
-            if links[f, h] < -1 or links[f, h] >= len(capacity):
-                return INVALID, kind
     demand = np.zeros(len(capacity))
     for f in range(n):
         if math.isfinite(start[f]) and cancel[f] > start[f]:
@@ -96,7 +82,7 @@ def _prune(links, capacity, cap, start, size, cancel, finish):
             for h in range(hops):
                 if links[f, h] >= 0:
                     demand[links[f, h]] += cap[f]
-    status = OK
+    unbounded = False
     for f in range(n):
         for h in range(hops):
             if links[f, h] >= 0 and kind[f] != NEVER and demand[links[f, h]] > capacity[links[f, h]]:
@@ -105,9 +91,8 @@ def _prune(links, capacity, cap, start, size, cancel, finish):
                 links[f, h] = -1
         if kind[f] == ALONE:
             finish[f] = start[f] + size[f] / cap[f]
-            if math.isinf(cap[f]):
-                status = UNBOUNDED
-    return status, kind
+            unbounded = unbounded or math.isinf(cap[f])
+    return kind, unbounded
 
 
 def _tree_shape(links, kind, n_links):
@@ -128,15 +113,8 @@ def _tree_shape(links, kind, n_links):
             if links[f, h] >= 0:
                 shaped[f] = False
                 other[links[f, highest[f]]] = True
-    ones = rests = 0
-    for f in range(n):
-        if kind[f] == SHARED:
-            if shaped[f] and not other[links[f, highest[f]]]:
-                ones += 1
-            else:
-                rests += 1
-    flows, group, below = np.zeros(ones, np.int64), np.zeros(ones, np.int64), np.zeros(ones, np.int64)
-    rest, rest_group = np.zeros(rests, np.int64), np.zeros(rests, np.int64)
+    flows, group, below = np.zeros(n, np.int64), np.zeros(n, np.int64), np.zeros(n, np.int64)
+    rest, rest_group = np.zeros(n, np.int64), np.zeros(n, np.int64)
     ones = rests = 0
     for f in range(n):
         if kind[f] != SHARED:
@@ -148,7 +126,7 @@ def _tree_shape(links, kind, n_links):
         else:
             rest[rests], rest_group[rests] = f, links[f, highest[f]]
             rests += 1
-    return flows, group, below, rest, rest_group
+    return flows[:ones], group[:ones], below[:ones], rest[:rests], rest_group[:rests]
 
 
 def _groups(links: np.ndarray, n_links: int) -> np.ndarray:
