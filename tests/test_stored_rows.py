@@ -76,3 +76,27 @@ def test_a_stored_federations_device_tensors_are_the_same_read_by_pread_as_throu
     for device in range(3):
         got, want = stored.tensors(federation.device_rows(device)), in_memory.tensors(federation.device_rows(device))
         assert all(a.dtype == b.dtype and a.shape == b.shape and bool((a == b).all()) for a, b in zip(got, want))
+
+
+def test_a_tasks_devices_are_read_in_batches_ahead_of_their_use_in_job_order():
+    from emulator.runtime.runner import read_in_batches
+
+    reads = []
+
+    def read(job):
+        reads.append(job)
+        return np.zeros(job, dtype=np.float32), np.zeros(1, dtype=np.int64)  # job's 4 x job bytes of inputs
+
+    batches = read_in_batches(list(range(1, 11)), read, count=4, budget=1000)
+    seen = []
+    for job, (x, _) in zip(range(1, 11), batches):
+        seen.append((job, len(reads)))
+        assert len(x) == job  # each job's own samples, in job order
+    # read four at a time ahead of use, the last batch short
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4), (5, 8), (6, 8), (7, 8), (8, 8), (9, 10), (10, 10)]
+    reads.clear()
+    big = read_in_batches([100, 200, 300, 1], read, count=4, budget=1000)  # 408 then 808 bytes pass 1000
+    assert [len(next(big)[0]) for _ in range(2)] == [100, 200] and reads == [100, 200]
+    assert len(next(big)[0]) == 300 and reads == [100, 200, 300]  # alone past the budget
+    assert len(next(big)[0]) == 1 and reads == [100, 200, 300, 1]
+    assert list(read_in_batches([], read)) == []
