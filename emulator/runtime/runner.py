@@ -10,7 +10,6 @@ import collections
 import functools
 import itertools
 from collections import OrderedDict
-from typing import Sequence
 
 import numpy as np
 import ray
@@ -179,7 +178,7 @@ class DeviceRunner(RunnerEvaluation):
         """What the device sends: its update, or the one its attack makes of it."""
         return delta if job.attack is None else job.attack.craft(delta, job.seed, job.attack_seed)
 
-    def train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: Sequence[DeviceJob],
+    def train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                     vectorise: bool = False, fold: FoldTask | None = None) -> list[ClientUpdate] | FoldReceipt:
         """A group of devices' updates, in job order, from one call (one Ray task per group, not per device);
         given `fold`, those updates are added to the round's sum this runner holds (aggregation/partial.py)
@@ -208,7 +207,7 @@ class DeviceRunner(RunnerEvaluation):
         """The round's folded updates this runner holds (see train_group), then forgotten."""
         return self._sums.take(run_key, ticket)
 
-    def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: Sequence[DeviceJob],
+    def _train_group(self, run: RunContext | RunHandle, global_params: np.ndarray, jobs: list[DeviceJob],
                      vectorise: bool, rows: np.ndarray | None = None) -> list[ClientUpdate]:
         """`rows`: where devices trained one by one write their updates (see _fold_rows)."""
         if _one_by_one(jobs, vectorise):
@@ -288,7 +287,7 @@ class DeviceRunner(RunnerEvaluation):
         return os.getpid()
 
 
-def read_in_batches(jobs: Sequence[DeviceJob], read, count: int = READ_BATCH, budget: int = READ_BATCH_BYTES):
+def read_in_batches(jobs: list[DeviceJob], read, count: int = READ_BATCH, budget: int = READ_BATCH_BYTES):
     """read(job) for each job in order, read `count` jobs at a time (fewer where their tensors pass `budget`
     bytes) ahead of their use. Between two devices' training a runner does a few milliseconds of other work,
     after which the caches and the TLB are cold: a device's samples read then took 78 µs on the reference
@@ -307,7 +306,7 @@ def read_in_batches(jobs: Sequence[DeviceJob], read, count: int = READ_BATCH, bu
         yield pending.popleft()
 
 
-def _one_by_one(jobs: Sequence[DeviceJob], vectorise: bool) -> bool:
+def _one_by_one(jobs: list[DeviceJob], vectorise: bool) -> bool:
     """Whether a group's devices train one at a time (not as one vectorised cohort)."""
     return not vectorise or len(jobs) < 2 or any(j.personalization is not None or j.attack is not None for j in jobs)
 

@@ -16,7 +16,6 @@ from emulator.algorithms.base import Arrival, RoundPlan
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.runtime import inline
 from emulator.runtime.grouping import group_jobs
-from emulator.runtime.run_context import task_jobs
 from emulator.runtime.runner import DeviceJob
 from emulator.seeding import torch_seed
 from emulator.server.record import AsyncFigures, PlayedRound
@@ -120,7 +119,7 @@ class AsynchronousEngine:
             for group in group_jobs(pairs, runtime.group_size, runtime.vectorise, len(runners), world.model_bytes):
                 runner = runners[self._next_runner % len(runners)]
                 self._next_runner += 1
-                ref = runner.train_group.remote(world.run, self._version_refs[version], task_jobs(job for _, job in group),
+                ref = runner.train_group.remote(world.run, self._version_refs[version], [job for _, job in group],
                                                 runtime.vectorise)
                 for index, (task, _) in enumerate(group):
                     self._pending[task.task_id] = (ref, index)

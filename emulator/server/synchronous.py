@@ -18,7 +18,6 @@ from emulator.algorithms.base import RoundKind, RoundPlan
 from emulator.algorithms.selection import distinct_in_draw_order
 from emulator.runtime import inline
 from emulator.runtime.grouping import group_jobs
-from emulator.runtime.run_context import task_jobs
 from emulator.runtime.runner import DeviceJob
 from emulator.seeding import rng, torch_seed, torch_seeds
 from emulator.server.record import PlayedRound
@@ -103,9 +102,9 @@ class SynchronousEngine:
         params_ref = world.params_ref() if params_ref is None else params_ref
         refs = params_ref if isinstance(params_ref, list) else [params_ref] * len(groups)
         tasks = list(range(len(groups)))
-        with world.device_cost.timing(devices, len(world.pool.runners)):  # a group goes as a tuple: see task_jobs
+        with world.device_cost.timing(devices, len(world.pool.runners)):
             yield from world.pool.map_ordered(tasks, lambda runner, i: runner.train_group.remote(
-                world.run, refs[i], task_jobs(groups[i]), vectorise, None if folds is None else folds[i]), after_last)
+                world.run, refs[i], groups[i], vectorise, None if folds is None else folds[i]), after_last)
 
     def _folded(self, jobs: list[DeviceJob], rule: Folding, stats: list, params_ref=None) -> list:
         """The round's updates as the sums the runners held (WeightedMeans), each device's stats added to
