@@ -289,9 +289,10 @@ class DeviceRunner(RunnerEvaluation):
 
 def read_in_batches(jobs: list[DeviceJob], read, count: int = READ_BATCH, budget: int = READ_BATCH_BYTES):
     """read(job) for each job in order, read `count` jobs at a time (fewer where their tensors pass `budget`
-    bytes) ahead of their use. Between two devices' training a runner does a few milliseconds of other work,
-    after which the caches and the TLB are cold: a device's samples read then took 78 µs on the reference
-    2-core VM, read with the next 15 in a row 26 (a device's rows from the page cache, 60 features)."""
+    bytes) ahead of their use. Between two devices' reads a runner trains for a few milliseconds, after which
+    its caches are cold (huge pages made no difference: not the TLB): a device's samples read then took 78 µs
+    on the reference 2-core VM, read with the next 15 in a row 26 (a device's rows from the page cache, 60
+    features).
     pending: collections.deque = collections.deque()
     ahead = iter(jobs)
     for _ in jobs:
