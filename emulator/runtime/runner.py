@@ -292,7 +292,7 @@ def read_in_batches(jobs: list[DeviceJob], read, count: int = READ_BATCH, budget
     bytes) ahead of their use. Between two devices' reads a runner trains for a few milliseconds, after which
     its caches are cold (huge pages made no difference: not the TLB): a device's samples read then took 78 µs
     on the reference 2-core VM, read with the next 15 in a row 26 (a device's rows from the page cache, 60
-    features).
+    features)."""
     pending: collections.deque = collections.deque()
     ahead = iter(jobs)
     for _ in jobs:
