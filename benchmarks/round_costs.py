@@ -18,7 +18,7 @@ object store, the server's own work; and a sweep of quickstart runs as a whole.
 --before DIR runs both with the emulator imported from DIR as well (e.g. `git archive <commit> emulator |
 tar -x -C DIR`), interleaved, so a change is measured against the code before it on the same machine.
 
-    .venv/bin/python benchmarks/round_costs.py [--rounds 5] [--repeat 2] [--before DIR] [--only a b]
+    .venv/bin/python benchmarks/round_costs.py [--rounds 7] [--repeat 2] [--before DIR] [--only a b]
 """
 from __future__ import annotations
 
@@ -40,6 +40,9 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 PROBE = Path(__file__).resolve().parent / "round_probe"  # times the runners' training in their own processes
 # what a runner's training sends back, in the trees measured: updates, a task's receipt, a round's held sum
 RUNNER_RESULTS = {"ClientUpdate", "FoldReceipt", "HeldSum", "PartialSum"}
+# rounds not measured: the first starts the runners' work; a runner compiles its exact adds once it has folded
+# about a thousand updates (aggregation/exact.py), in the second or third
+WARM_ROUNDS = 3
 
 
 # ------------------------------------------------------------------------------------------ children
@@ -86,7 +89,8 @@ def population_child(rounds: int, out: str) -> None:
     scenario = load_scenario(POPULATION, [f"rounds={rounds}", "evaluation.every=100000",
                                           "output.checkpoint_every=100000", f"runtime.runners={os.cpu_count()}"])
     result = run_scenario(scenario, out, on_round=on_round)
-    (t0, first, _, _), (t1, last, _, _) = marks[0], marks[-1]  # round 1 warms up: rounds 2.. are measured
+    marks = marks[WARM_ROUNDS - 1:]  # the rounds after WARM_ROUNDS are measured
+    (t0, first, _, _), (t1, last, _, _) = marks[0], marks[-1]
     n = len(marks) - 1
     parts = ("train_s", "task_s", "data_s", "load_s", "delta_s", "fold_s")
     rounds, spreads = [], []  # each measured round: the slowest runner's training, its tasks' seconds part by part
@@ -211,12 +215,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--child", choices=["population", "plain"], help=argparse.SUPPRESS)
     parser.add_argument("--devices", type=int, default=1000, help=argparse.SUPPRESS)
-    parser.add_argument("--rounds", type=int, default=5, help="population_100k rounds a run (the first is not counted)")
+    parser.add_argument("--rounds", type=int, default=7,
+                        help="population_100k rounds a run (the first WARM_ROUNDS are not counted)")
     parser.add_argument("--sweep-rounds", type=int, default=60, help="rounds of each quickstart run in (b)")
     parser.add_argument("--repeat", type=int, default=2, help="runs of each contender, interleaved (median)")
     parser.add_argument("--before", metavar="DIR", help="also measure the emulator imported from DIR")
     parser.add_argument("--only", nargs="+", choices=["a", "b"], default=["a", "b"])
     args = parser.parse_args()
+    if args.rounds <= WARM_ROUNDS:
+        parser.error(f"--rounds must be over {WARM_ROUNDS}: the first {WARM_ROUNDS} rounds are not measured")
     if args.child == "population":
         with tempfile.TemporaryDirectory() as out:
             population_child(args.rounds, out)

@@ -205,3 +205,33 @@ def test_small_terms_rounded_in_one_step_give_the_bits_of_the_two_limb_split(mon
     assert fine.bound == split.bound
     assert np.array_equal(fine.high, split.high) and np.array_equal(fine.low, split.low)
     assert pickle.dumps(fine) == pickle.dumps(split)
+
+
+def test_the_compiled_add_gives_the_bits_of_numpy_s_arithmetic(monkeypatch):
+    """A runner that has folded enough large terms adds them in one compiled pass (_add_scaled): the limbs,
+    value and pickled form equal those of numpy's four passes, ties at the unit's grid and float64 terms
+    included, and whichever path each term took."""
+    pytest.importorskip("numba")
+    rng = np.random.default_rng(5)
+    vectors = [rng.normal(0, 10.0 ** rng.uniform(-8, 0.5), 3000).astype(np.float32 if i % 3 else np.float64)
+               for i in range(40)]
+    vectors[2][:4] = [2.0 ** -49, 3 * 2.0 ** -49, -(2.0 ** -49), -(5 * 2.0 ** -49)]  # halfway: to even
+    weights = [float(w) for w in rng.integers(1, 60, len(vectors))]
+
+    def summed(compiled_from: int):
+        monkeypatch.setattr(exact, "COMPILED_SIZE", compiled_from)
+        monkeypatch.setattr(exact, "COMPILE_AFTER", 9 * 3000 + 1)  # the first nine terms by numpy either way
+        monkeypatch.setattr(exact, "_fine_values", [0])
+        monkeypatch.setattr(exact, "_kernel", [])
+        total = ExactSum(3000)
+        for v, w in zip(vectors, weights):
+            total.add(v, w)
+        return total, exact._kernel
+
+    compiled, kernel = summed(1)
+    assert kernel and kernel[0] is not None  # compiled, and used from the tenth term
+    plain, kernel = summed(10 ** 9)
+    assert not kernel
+    assert compiled.fine_terms == plain.fine_terms > 20  # most fine, the largest split in two limbs
+    assert np.array_equal(compiled.value(), plain.value())
+    assert pickle.dumps(compiled) == pickle.dumps(plain)

@@ -11,7 +11,8 @@ given) and accumulated in two int64 limbs:
 
 A term under 8 high units in magnitude is rounded to 2^u in one step into a third limb, `fine`, which flows
 into the other two before it could overflow: the same value, in half the arithmetic, since a float64 holds
-such a term over 2^u exactly up to the rounding.
+such a term over 2^u exactly up to the rounding. A process that has added many large such terms (a runner
+folding its rounds) adds them in one compiled pass instead of numpy's four: the same bits, half the time.
 
 A term's rounding (at most half a unit) is its own, whatever else is summed, so a sum of partial sums equals
 the sum of the terms in any order. The range: a term up to 2^(u + 83) in magnitude, a sum up to 2^(u + 94)
@@ -33,6 +34,8 @@ import zlib
 
 import numpy as np
 
+from emulator.compiled import compile_in
+
 FINEST_UNIT = -48  # a sum's unit unless given: float32 updates times integer weights, far below their last bit
 LOW_BITS = 32  # the high limb's unit is 2^LOW_BITS of the low limb's
 WIRE_BITS = 31  # a sum whose values in units stay under 2^31 travels as int32
@@ -48,6 +51,7 @@ _TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^(unit + 83) as a number) beyo
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
 _FINE_LIMIT = 2.0 ** (51 - LOW_BITS)  # |term| in high units below this: x 2^32 it rounds with _MAGIC in one step
 _FINE_BOUND = 2 ** 62  # the fine limb flows into the others before its terms' magnitudes could reach this
+COMPILED_SIZE, COMPILE_AFTER = 2 ** 14, 5 * 10 ** 7  # values: see _compiled_add_scaled
 
 
 def _wrapped(value: int) -> np.int64:
@@ -124,11 +128,15 @@ class ExactSum:
             self.fine = np.zeros(len(self), dtype=np.int64)
         elif self.fine_bound + fine_top >= _FINE_BOUND:
             self._flush_fine()
-        y, _ = self._scratch()
-        np.copyto(y, vector)  # widened, then scaled in place: numpy's mixed-type multiply is twice as slow
-        y *= factor * 2.0 ** LOW_BITS  # the high-unit product x 2^32, rounded once as the mixed multiply would
-        y += _MAGIC
-        self.fine += y.view(np.int64)
+        add_scaled = _compiled_add_scaled(len(vector))
+        if add_scaled is not None:
+            add_scaled(vector, factor * 2.0 ** LOW_BITS, self.fine)
+        else:
+            y, _ = self._scratch()
+            np.copyto(y, vector)  # widened, then scaled in place: numpy's mixed-type multiply is twice as slow
+            y *= factor * 2.0 ** LOW_BITS  # the high-unit product x 2^32, rounded once as the mixed multiply would
+            y += _MAGIC
+            self.fine += y.view(np.int64)
         self.fine_terms += 1
         self.fine_bound += fine_top
         self.bound += int(np.ceil(top)) + 1
@@ -227,6 +235,35 @@ class ExactSum:
         self.unit = state.get("unit", FINEST_UNIT)
         self.bound, self.nonfinite, self.terms, self._work = state["bound"], state["nonfinite"], 0, None
         self.fine, self.fine_terms, self.fine_bound = None, 0, 0
+
+
+def _add_scaled(vector, multiplier, total):
+    """total[j] += the bits of float64(vector[j]) * multiplier + _MAGIC as an int64, for |product| < 2^51: what
+    _add_fine's numpy arithmetic adds (that integer, _MAGIC_BITS more), in one pass instead of four."""
+    for j in range(len(vector)):
+        rounded = (np.float64(vector[j]) * multiplier + _MAGIC) - _MAGIC  # the product's nearest integer, exact
+        total[j] += np.int64(rounded) + _MAGIC_BITS
+
+
+_fine_values = [0]  # the values of large fine terms this process has added (see _compiled_add_scaled)
+_kernel: list = []  # _add_scaled compiled, or None where numba is missing
+
+
+def _compiled_add_scaled(size: int):
+    """_add_scaled compiled by numba (emulator/compiled.py), once this process has added COMPILE_AFTER values in
+    terms of at least COMPILED_SIZE (a runner folding a round of a thousand updates of population_100k's MLP
+    gets there in its second round): loading the compiled add costs a process about 0.5 s, which a run of a
+    few hundred small adds would never earn back (it saves 0.5 ns a value). None until then, and where numba
+    is missing: numpy's arithmetic adds the same bits."""
+    if size < COMPILED_SIZE:
+        return None
+    if not _kernel:
+        _fine_values[0] += size
+        if _fine_values[0] < COMPILE_AFTER:
+            return None
+        namespace = {"_add_scaled": _add_scaled}
+        _kernel.append(namespace["_add_scaled"] if compile_in(namespace, ("_add_scaled",), nrt=False) else None)
+    return _kernel[0]
 
 
 def _split_top_byte(units: np.ndarray) -> tuple[np.ndarray, bytes]:

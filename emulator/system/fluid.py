@@ -5,7 +5,7 @@ Most of a round's flows never meet a full link, and those that do meet in small 
 cell), so the work is cut three ways, none changing a completion time:
 - a link whose flows' caps, all of them at once, fit in its capacity never slows anyone: left out; a flow
   crossing no other link runs at its cap start to end (that sorting of the flows, and of a tree's into
-  groups, is two compiled passes: system/compiled.py);
+  groups, is two compiled passes: emulator/compiled.py);
 - the flows left fall into groups that share no link, and the groups advance side by side, each on its own
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
@@ -21,7 +21,7 @@ import math
 
 import numpy as np
 
-from emulator.system.compiled import compile_in
+from emulator.compiled import compile_in
 from emulator.system.fair_share import _check, max_min_rates, tree_rates
 from emulator.system.one_bottleneck import finish_in_groups
 

@@ -18,7 +18,7 @@ import math
 
 import numpy as np
 
-from emulator.system.compiled import compile_in
+from emulator.compiled import compile_in
 
 WAITING, FREE, HELD, OVER = 0, 1, 2, 3
 # the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
@@ -36,7 +36,7 @@ _compiled: list = []  # the event loop, then _arrange
 
 
 def _event_loop():
-    """_run_groups and _arrange compiled (system/compiled.py) at their first use."""
+    """_run_groups and _arrange compiled (emulator/compiled.py) at their first use."""
     if not _compiled:
         compile_in(globals(), _KERNEL, nrt=False)  # the loop allocates nothing
         compile_in(globals(), _ARRANGE)

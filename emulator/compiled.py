@@ -1,6 +1,7 @@
-"""The shared links' loops over flows, compiled by numba where it is installed (at their first use in a process;
-later processes load them from numba's cache on disk), left as the plain Python functions where it is not:
-the same results, slower."""
+"""Loops over arrays compiled by numba where it is installed (at their first use in a process; later processes
+load them from numba's cache on disk), left as the plain Python functions where it is not, the same results,
+slower: the shared links' event loop (system/one_bottleneck.py, system/fluid.py) and an exact sum's add
+(aggregation/exact.py)."""
 from __future__ import annotations
 
 
