@@ -216,22 +216,42 @@ def test_the_compiled_add_gives_the_bits_of_numpy_s_arithmetic(monkeypatch):
     vectors = [rng.normal(0, 10.0 ** rng.uniform(-8, 0.5), 3000).astype(np.float32 if i % 3 else np.float64)
                for i in range(40)]
     vectors[2][:4] = [2.0 ** -49, 3 * 2.0 ** -49, -(2.0 ** -49), -(5 * 2.0 ** -49)]  # halfway: to even
+    vectors[4][7], vectors[5][9], vectors[6][:] = np.nan, -np.inf, -0.0  # diverged devices; an update of -0s
     weights = [float(w) for w in rng.integers(1, 60, len(vectors))]
 
     def summed(compiled_from: int):
         monkeypatch.setattr(exact, "COMPILED_SIZE", compiled_from)
         monkeypatch.setattr(exact, "COMPILE_AFTER", 9 * 3000 + 1)  # the first nine terms by numpy either way
-        monkeypatch.setattr(exact, "_fine_values", [0])
-        monkeypatch.setattr(exact, "_kernel", [])
+        monkeypatch.setattr(exact, "_seen_values", [0])
+        monkeypatch.setattr(exact, "_kernels", [])
         total = ExactSum(3000)
         for v, w in zip(vectors, weights):
             total.add(v, w)
-        return total, exact._kernel
+        return total, exact._kernels
 
     compiled, kernel = summed(1)
     assert kernel and kernel[0] is not None  # compiled, and used from the tenth term
     plain, kernel = summed(10 ** 9)
     assert not kernel
     assert compiled.fine_terms == plain.fine_terms > 20  # most fine, the largest split in two limbs
-    assert np.array_equal(compiled.value(), plain.value())
+    assert np.array_equal(compiled.value(), plain.value(), equal_nan=True)
     assert pickle.dumps(compiled) == pickle.dumps(plain)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_largest_magnitude_read_off_the_bits_is_numpy_s(dtype):
+    """The compiled add's term bound (max |v| from the magnitudes' bits) equals max(np.max(v), -np.min(v)),
+    NaN and infinities included."""
+    pytest.importorskip("numba")
+    from emulator.compiled import compile_in
+    namespace = {"_largest_bits": exact._largest_bits}
+    compile_in(namespace, ("_largest_bits",))
+    rng = np.random.default_rng(6)
+    cases = [rng.normal(0, 1e-3, 999), -np.abs(rng.normal(0, 5, 10)), np.zeros(4), np.full(3, -0.0),
+             np.array([1e-45, -3e-45]), np.array([2.0, -np.inf]), np.array([np.inf, 1.0]),
+             np.array([1.0, np.nan, -2.0]), np.array([np.finfo(dtype).max, -np.finfo(dtype).tiny])]
+    for values in cases:
+        values = values.astype(dtype)
+        expected = max(float(np.max(values)), -float(np.min(values)))
+        found = exact._largest_magnitude(values, namespace["_largest_bits"])
+        assert found == expected or (math.isnan(found) and math.isnan(expected)), (values, found, expected)

@@ -51,7 +51,7 @@ _TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^(unit + 83) as a number) beyo
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
 _FINE_LIMIT = 2.0 ** (51 - LOW_BITS)  # |term| in high units below this: x 2^32 it rounds with _MAGIC in one step
 _FINE_BOUND = 2 ** 62  # the fine limb flows into the others before its terms' magnitudes could reach this
-COMPILED_SIZE, COMPILE_AFTER = 2 ** 14, 5 * 10 ** 7  # values: see _compiled_add_scaled
+COMPILED_SIZE, COMPILE_AFTER = 2 ** 14, 5 * 10 ** 7  # values: see _compiled
 
 
 def _wrapped(value: int) -> np.int64:
@@ -99,9 +99,13 @@ class ExactSum:
         factor = scale * 2.0 ** -(self.unit + LOW_BITS)
         top = None
         if factor >= 0 and len(vector):  # rounding is monotonic: the products' extremes are the extremes' products,
-            top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)  # read off the narrower input
+            kernels = _compiled(vector) if factor > 0 else None
+            if kernels is not None:  # read off the narrower input
+                top = _largest_magnitude(vector, kernels[1]) * factor
+            else:
+                top = max(float(np.max(vector)) * factor, -float(np.min(vector)) * factor)
             if top < _FINE_LIMIT:  # NaN fails
-                self._add_fine(vector, factor, top)
+                self._add_fine(vector, factor, top, kernels)
                 return
         y, rounded = self._scratch()
         np.multiply(vector, factor, out=y, dtype=np.float64)
@@ -119,7 +123,7 @@ class ExactSum:
         self.low += y.view(np.int64)
         self.terms += 1
 
-    def _add_fine(self, vector: np.ndarray, factor: float, top: float) -> None:
+    def _add_fine(self, vector: np.ndarray, factor: float, top: float, kernels=None) -> None:
         """A term below _FINE_LIMIT high units, rounded to its nearest unit in one step (the high and low limbs
         would hold the same integer: the high part's unit, 2^32 of these, is even, so rounding half to even
         agrees) and added to the fine limb."""
@@ -128,9 +132,8 @@ class ExactSum:
             self.fine = np.zeros(len(self), dtype=np.int64)
         elif self.fine_bound + fine_top >= _FINE_BOUND:
             self._flush_fine()
-        add_scaled = _compiled_add_scaled(len(vector))
-        if add_scaled is not None:
-            add_scaled(vector, factor * 2.0 ** LOW_BITS, self.fine)
+        if kernels is not None:
+            kernels[0](vector, factor * 2.0 ** LOW_BITS, self.fine)
         else:
             y, _ = self._scratch()
             np.copyto(y, vector)  # widened, then scaled in place: numpy's mixed-type multiply is twice as slow
@@ -245,25 +248,42 @@ def _add_scaled(vector, multiplier, total):
         total[j] += np.int64(rounded) + _MAGIC_BITS
 
 
-_fine_values = [0]  # the values of large fine terms this process has added (see _compiled_add_scaled)
-_kernel: list = []  # _add_scaled compiled, or None where numba is missing
+def _largest_bits(bits, mask):
+    """The largest of bits[j] & mask: a float vector's largest magnitude as its bits (for floats of one sign
+    their order is the integers'; a NaN's are above infinity's), in one pass that vectorises."""
+    largest = 0
+    for j in range(len(bits)):
+        largest = max(largest, bits[j] & mask)
+    return largest
 
 
-def _compiled_add_scaled(size: int):
-    """_add_scaled compiled by numba (emulator/compiled.py), once this process has added COMPILE_AFTER values in
-    terms of at least COMPILED_SIZE (a runner folding a round of a thousand updates of population_100k's MLP
-    gets there in its second round): loading the compiled add costs a process about 0.5 s, which a run of a
-    few hundred small adds would never earn back (it saves 0.5 ns a value). None until then, and where numba
-    is missing: numpy's arithmetic adds the same bits."""
-    if size < COMPILED_SIZE:
+def _largest_magnitude(vector: np.ndarray, largest_bits) -> float:
+    """max |vector|, NaN where an entry is NaN (as max(np.max(v), -np.min(v)) reads, up to that NaN)."""
+    ints = np.int64 if vector.dtype == np.float64 else np.int32
+    mask = ints(np.iinfo(ints).max)  # all but the sign bit
+    return float(np.array([largest_bits(vector.view(ints), mask)], dtype=ints).view(vector.dtype)[0])
+
+
+_seen_values = [0]  # the values of large terms this process has added (see _compiled)
+_kernels: list = []  # (_add_scaled, _largest_bits) compiled, or None where numba is missing
+
+
+def _compiled(vector: np.ndarray):
+    """(_add_scaled, _largest_bits) compiled by numba (emulator/compiled.py), once this process has added
+    COMPILE_AFTER values in float32 or float64 terms of at least COMPILED_SIZE (a runner folding a round of a
+    thousand updates of population_100k's MLP gets there in its second round): loading them costs a process
+    about 0.5 s, which a run of a few hundred small adds would never earn back (they save about 0.7 ns a
+    value). None until then, and where numba is missing: numpy's arithmetic gives the same bits."""
+    if len(vector) < COMPILED_SIZE or vector.dtype not in (np.float32, np.float64):
         return None
-    if not _kernel:
-        _fine_values[0] += size
-        if _fine_values[0] < COMPILE_AFTER:
+    if not _kernels:
+        _seen_values[0] += len(vector)
+        if _seen_values[0] < COMPILE_AFTER:
             return None
-        namespace = {"_add_scaled": _add_scaled}
-        _kernel.append(namespace["_add_scaled"] if compile_in(namespace, ("_add_scaled",), nrt=False) else None)
-    return _kernel[0]
+        namespace = {"_add_scaled": _add_scaled, "_largest_bits": _largest_bits}
+        compiled = compile_in(namespace, ("_add_scaled", "_largest_bits"), nrt=False)
+        _kernels.append((namespace["_add_scaled"], namespace["_largest_bits"]) if compiled else None)
+    return _kernels[0]
 
 
 def _split_top_byte(units: np.ndarray) -> tuple[np.ndarray, bytes]:
