@@ -17,7 +17,7 @@ from emulator.recording import checkpoint as checkpoints
 from emulator.training import precision
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.driver import run_scenario
-from emulator.runtime.grouping import MIN_TASK_S, DeviceCost
+from emulator.runtime.grouping import TASK_S, DeviceCost
 from emulator.runtime.pool import GROUP_BYTES, MAX_GROUP, group_jobs
 from emulator.runtime.runner import DeviceJob, DeviceRunner, RunContext
 from emulator.scenario import ScenarioError
@@ -57,16 +57,19 @@ def test_sequential_groups_spread_over_the_runners():
 
 def test_devices_that_train_in_milliseconds_go_in_fewer_larger_tasks():
     """The quickstart's round: 20 MLP devices of ~4 ms each on 2 runners were 16 tasks of a few ms (a task
-    costs ~2 ms on Ray); measured, they go in tasks of at least MIN_TASK_S of training, one per runner at
-    the least. Slow devices keep the cut that balances best; a vectorised cut never reads the time."""
+    costs milliseconds on Ray); measured, they go in tasks of about TASK_S of training, as many for every
+    runner, one at the least. Slow devices keep the cut that balances best; a vectorised cut never reads the
+    time."""
     jobs = list(range(20))
     assert len(group_jobs(jobs, None, False, 2, 800_000)) == 16  # not measured yet (a run's first round)
     assert [len(g) for g in group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.004)] == [10, 10]
-    assert len(group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.012)) == 5  # 20 x 12 ms / 50 ms
+    assert len(group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.12)) == 6  # 20 x 0.12 s / 0.5 s: 5
     assert len(group_jobs(jobs, None, False, 2, 800_000, device_seconds=0.5)) == 16  # a CNN: as before
     assert len(group_jobs(jobs, None, True, 2, 800_000, device_seconds=0.004)) == 4  # vectorised: the reports'
     assert [len(g) for g in group_jobs(jobs, 3, False, 2, 800_000, device_seconds=0.004)] == [3] * 6 + [2]
-    assert 0.004 < MIN_TASK_S
+    assert 0.004 * 20 < TASK_S
+    round_100k = group_jobs(list(range(1000)), None, False, 2, 218_000, device_seconds=0.0045)
+    assert [len(g) for g in round_100k] == [100] * 10  # population_100k: 4.5 s of training in 10 tasks
 
 
 def test_device_cost_measures_a_rounds_training_per_device_and_runner():

@@ -10,10 +10,12 @@ from typing import Sequence, TypeVar
 Job = TypeVar("Job")
 
 GROUP_BYTES = 64 * 2 ** 20  # an automatic group returns at most this many bytes of updates (G x model bytes)
-MAX_GROUP = 64
-# A task should hold at least this much training: a runner task's own cost (the call, the update's way back)
-# is ~2 ms on Ray, which 16 one-device tasks of a 4 ms MLP device a round turned into a third of the round.
-MIN_TASK_S = 0.05
+MAX_GROUP = 64  # devices a vectorised group trains at once
+# A task of devices trained one by one should hold about this much training: a task's own cost, beyond its
+# devices', is several milliseconds on Ray (the call and its dispatch, the receipt back, the task's reads
+# ahead and its fold), which sixteen tasks of population_100k's round (0.28 s each) paid once too often:
+# eight tasks took 0.14 s a round outside training against 0.18, and 2.25 s a round against 2.36.
+TASK_S = 0.5
 
 
 def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, runners: int,
@@ -25,18 +27,23 @@ def group_jobs(jobs: Sequence[Job], group_size: int | None, vectorise: bool, run
     runner count: four groups of near-equal size, more where a group would exceed MAX_GROUP devices or
     GROUP_BYTES of updates. Trained one at a time, a device's result is the same in any group, so the
     cut then also looks at the runners: one device a task while there are fewer than eight per runner
-    (small cohorts balance best so), else eight groups per runner of near-equal size, within the same
-    caps; and, given `device_seconds` (what one device's training took in the rounds before: DeviceCost),
-    fewer groups where smaller ones would hold under MIN_TASK_S of training each, down to one per runner.
+    (small cohorts balance best so), else eight groups per runner of near-equal size, within GROUP_BYTES;
+    and, given `device_seconds` (what one device's training took in the rounds before: DeviceCost), fewer
+    groups where smaller ones would hold under TASK_S of training each, down to one per runner, and as
+    many for every runner (equal groups, handed to the runners as they free up, then end together).
     `runtime.group_size` fixes the size instead."""
     if not jobs:
         return []
     if group_size is not None:
         return [list(jobs[i:i + group_size]) for i in range(0, len(jobs), group_size)]
-    cap = max(1, min(MAX_GROUP, GROUP_BYTES // max(1, model_bytes)))
-    wanted = 4 if vectorise else 8 * max(1, runners)
-    if not vectorise and device_seconds:  # fast devices: fewer, larger tasks (the same results in any cut)
-        wanted = min(wanted, max(1, runners, math.ceil(len(jobs) * device_seconds / MIN_TASK_S)))
+    runners = max(1, runners)
+    cap = max(1, GROUP_BYTES // max(1, model_bytes))
+    if vectorise:
+        cap, wanted = min(cap, MAX_GROUP), 4
+    elif device_seconds:  # fast devices: fewer, larger tasks (the same results in any cut)
+        wanted = runners * min(8, math.ceil(len(jobs) * device_seconds / (TASK_S * runners)))
+    else:
+        wanted = 8 * runners
     count = min(len(jobs), max(wanted, math.ceil(len(jobs) / cap)))
     edges = [len(jobs) * g // count for g in range(count + 1)]
     return [list(jobs[a:b]) for a, b in zip(edges, edges[1:])]
