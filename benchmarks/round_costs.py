@@ -40,8 +40,8 @@ QUICKSTART = ROOT / "scenarios" / "quickstart.yaml"
 PROBE = Path(__file__).resolve().parent / "round_probe"  # times the runners' training in their own processes
 # what a runner's training sends back, in the trees measured: updates, a task's receipt, a round's held sum
 RUNNER_RESULTS = {"ClientUpdate", "FoldReceipt", "HeldSum", "PartialSum"}
-# rounds not measured: the first starts the runners' work; a runner compiles its exact adds once it has folded
-# about a thousand updates (aggregation/exact.py), in the second or third
+# rounds not measured: the runners' first (their first tasks in a process, the page cache filling with the
+# federation's rows)
 WARM_ROUNDS = 3
 
 

@@ -221,7 +221,7 @@ def test_the_compiled_add_gives_the_bits_of_numpy_s_arithmetic(monkeypatch):
 
     def summed(compiled_from: int):
         monkeypatch.setattr(exact, "COMPILED_SIZE", compiled_from)
-        monkeypatch.setattr(exact, "COMPILE_AFTER", 9 * 3000 + 1)  # the first nine terms by numpy either way
+        monkeypatch.setattr(exact, "COMPILE_FROM", 9 * 3000 + 1)  # the first nine terms by numpy either way
         monkeypatch.setattr(exact, "_seen_values", [0])
         monkeypatch.setattr(exact, "_kernels", [])
         total = ExactSum(3000)

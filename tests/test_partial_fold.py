@@ -179,3 +179,24 @@ def test_a_group_folded_twice_under_one_ticket_is_in_the_sum_once():
     held_once, held_twice = once.take("run", "ticket"), twice.take("run", "ticket")
     assert held_twice.groups == [0, 1]
     assert np.array_equal(held_twice.mean.mean(), held_once.mean.mean()) and held_twice.mean.count == 4
+
+
+def test_a_runner_compiles_its_adds_at_a_large_run_s_start_and_not_at_a_small_one_s(monkeypatch):
+    """The exact adds are compiled (about 0.5 s a process) where a runner will fold at least COMPILE_FROM
+    values over the run (updates a runner times the model's size), before its first round; a small run's
+    runner adds with numpy (the same bits)."""
+    pytest.importorskip("numba")
+    from emulator import params as param_vector
+    from emulator.aggregation import exact
+    from emulator.data import federation_for
+    from emulator.models.zoo import build_model
+    from emulator.runtime.run_context import RunContext
+
+    federation = federation_for(validate_scenario(small_scenario()).data, 40, 0)
+    size = param_vector.size(build_model("mlp", federation.train.input_shape, federation.train.num_classes, 0))
+    large = exact.COMPILE_FROM / size  # updates a runner: just enough
+    for updates, compiled in ((large * 0.99, False), (large, True)):
+        monkeypatch.setattr(exact, "_kernels", [])
+        DeviceRunner()._run(RunContext(f"run-{updates}", federation, "mlp", 0, updates_per_runner=updates))
+        assert bool(exact._kernels) == compiled
+    assert exact._kernels[0] is not None

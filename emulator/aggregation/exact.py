@@ -11,8 +11,8 @@ given) and accumulated in two int64 limbs:
 
 A term under 8 high units in magnitude is rounded to 2^u in one step into a third limb, `fine`, which flows
 into the other two before it could overflow: the same value, in half the arithmetic, since a float64 holds
-such a term over 2^u exactly up to the rounding. A process that has added many large such terms (a runner
-folding its rounds) adds them in one compiled pass instead of numpy's four: the same bits, half the time.
+such a term over 2^u exactly up to the rounding. A process that will add many large such terms (a runner
+of a large run) adds them in one compiled pass instead of numpy's four: the same bits, half the time.
 
 A term's rounding (at most half a unit) is its own, whatever else is summed, so a sum of partial sums equals
 the sum of the terms in any order. The range: a term up to 2^(u + 83) in magnitude, a sum up to 2^(u + 94)
@@ -51,7 +51,7 @@ _TERM_LIMIT = 2.0 ** 51  # |term| in high units (2^(unit + 83) as a number) beyo
 _BOUND_LIMIT = 2 ** 62  # the sum of every term's largest magnitude (in high units) stays below this: no wrap-around
 _FINE_LIMIT = 2.0 ** (51 - LOW_BITS)  # |term| in high units below this: x 2^32 it rounds with _MAGIC in one step
 _FINE_BOUND = 2 ** 62  # the fine limb flows into the others before its terms' magnitudes could reach this
-COMPILED_SIZE, COMPILE_AFTER = 2 ** 14, 5 * 10 ** 7  # values: see _compiled
+COMPILED_SIZE, COMPILE_FROM = 2 ** 14, 10 ** 9  # values: see _compiled
 
 
 def _wrapped(value: int) -> np.int64:
@@ -264,25 +264,34 @@ def _largest_magnitude(vector: np.ndarray, largest_bits) -> float:
     return float(np.array([largest_bits(vector.view(ints), mask)], dtype=ints).view(vector.dtype)[0])
 
 
-_seen_values = [0]  # the values of large terms this process has added (see _compiled)
+_seen_values = [0]  # the values of large terms this process has added the slow way (see _compiled)
 _kernels: list = []  # (_add_scaled, _largest_bits) compiled, or None where numba is missing
 
 
+def compile_adds() -> bool:
+    """Compile the adds now (emulator/compiled.py), for a process about to add COMPILE_FROM values or more
+    (a runner of a large run, at its start); False where numba is missing."""
+    if not _kernels:
+        namespace = {"_add_scaled": _add_scaled, "_largest_bits": _largest_bits}
+        compiled = compile_in(namespace, ("_add_scaled", "_largest_bits"), nrt=False)
+        _kernels.append((namespace["_add_scaled"], namespace["_largest_bits"]) if compiled else None)
+    return _kernels[0] is not None
+
+
 def _compiled(vector: np.ndarray):
-    """(_add_scaled, _largest_bits) compiled by numba (emulator/compiled.py), once this process has added
-    COMPILE_AFTER values in float32 or float64 terms of at least COMPILED_SIZE (a runner folding a round of a
-    thousand updates of population_100k's MLP gets there in its second round): loading them costs a process
-    about 0.5 s, which a run of a few hundred small adds would never earn back (they save about 0.7 ns a
-    value). None until then, and where numba is missing: numpy's arithmetic gives the same bits."""
+    """(_add_scaled, _largest_bits) compiled by numba, for float32 or float64 terms of at least COMPILED_SIZE
+    values, once compile_adds was called or this process has added COMPILE_FROM such values the slow way:
+    loading them costs a process about 0.5 s (from numba's cache on disk) and saves about 0.7 ns a value, so
+    a process that was not told to compile pays at most twice what compiling at its start would have cost,
+    and a small run never compiles. None until then, and where numba is missing: numpy's arithmetic gives
+    the same bits."""
     if len(vector) < COMPILED_SIZE or vector.dtype not in (np.float32, np.float64):
         return None
     if not _kernels:
         _seen_values[0] += len(vector)
-        if _seen_values[0] < COMPILE_AFTER:
+        if _seen_values[0] < COMPILE_FROM:
             return None
-        namespace = {"_add_scaled": _add_scaled, "_largest_bits": _largest_bits}
-        compiled = compile_in(namespace, ("_add_scaled", "_largest_bits"), nrt=False)
-        _kernels.append((namespace["_add_scaled"], namespace["_largest_bits"]) if compiled else None)
+        compile_adds()
     return _kernels[0]
 
 

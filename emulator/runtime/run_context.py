@@ -26,6 +26,7 @@ class RunContext:
     model_options: dict = field(default_factory=dict)  # the model's own options (scenario `model:` fields)
     plugins: tuple[str, ...] = ()  # modules to import before building anything (they register parts)
     precision: str = "fp32"  # runtime.precision: fp32, or bf16 autocast (emulator/training/precision.py)
+    updates_per_runner: float = 0.0  # about how many updates a runner adds to exact sums over the run
 
 
 def model_guard(context: RunContext, stage: str):

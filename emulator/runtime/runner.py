@@ -16,6 +16,7 @@ import ray
 import torch
 
 from emulator import params as param_vector
+from emulator.aggregation import exact
 from emulator.aggregation.partial import FoldReceipt, FoldTask, HeldSum, HeldSums
 from emulator.algorithms.base import ClientUpdate
 from emulator.models.zoo import build_model
@@ -67,6 +68,8 @@ class DeviceRunner(RunnerEvaluation):
             model = build_model(context.model_name, train.input_shape, train.num_classes, context.model_seed,
                                 context.model_options)
             self._runs[key] = (context, numerics.prepare_model(model.to(self.device), context.precision))
+            if context.updates_per_runner * param_vector.size(model) >= exact.COMPILE_FROM:
+                exact.compile_adds()  # a large run: its folds' adds compiled before its first round (0.5 s)
             while len(self._runs) > self.max_cached_runs:
                 self._vectors.pop(self._runs.popitem(last=False)[0], None)
         self._runs.move_to_end(key)
