@@ -9,6 +9,7 @@ from __future__ import annotations
 import collections
 import functools
 import itertools
+import os
 from collections import OrderedDict
 
 import numpy as np
@@ -285,8 +286,6 @@ class DeviceRunner(RunnerEvaluation):
         return flushes_denormals()
 
     def pid(self) -> int:
-        import os
-
         return os.getpid()
 
 
