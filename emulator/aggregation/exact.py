@@ -275,6 +275,9 @@ def compile_adds() -> bool:
         namespace = {"_add_scaled": _add_scaled, "_largest_bits": _largest_bits}
         compiled = compile_in(namespace, ("_add_scaled", "_largest_bits"), nrt=False)
         _kernels.append((namespace["_add_scaled"], namespace["_largest_bits"]) if compiled else None)
+        if compiled:  # numba compiles at a first call: here, not in the first round (float32 terms, the usual)
+            namespace["_add_scaled"](np.zeros(1, np.float32), 1.0, np.zeros(1, np.int64))
+            _largest_magnitude(np.zeros(1, np.float32), namespace["_largest_bits"])
     return _kernels[0] is not None
 
 
