@@ -222,6 +222,30 @@ def test_flows_tied_in_start_cap_and_cancel_behind_one_link_finish_as_the_whole_
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_flows_starting_together_settle_in_one_step_as_the_whole_event_loop_says(seed):
+    """A round's downloads all start at one instant: they join their empty group in one step (each one's demand
+    at its cell's level, the link's level water-filled over them, each into the set it settles in), with the
+    completion times of the lockstep loop; those cancelled at that instant never start."""
+    from emulator.system.fluid import _advance
+    from emulator.system.one_bottleneck import finish_in_groups
+
+    rng = np.random.default_rng(300 + seed)
+    n, cells = 500, 120
+    first = rng.integers(0, cells, n)
+    first_capacity = rng.lognormal(2.5, 0.5, cells)
+    top, cap = float(rng.uniform(100, 400)), rng.lognormal(1.5, 0.6, n)
+    start, size = np.full(n, 3.0), rng.uniform(5, 50, n)
+    cancel = np.where(rng.random(n) < 0.2, 3.0 + rng.choice([0.0, 2.0, 6.0], n), np.inf)
+    got = finish_in_groups(start, size, cap, cancel, np.zeros(n, np.int64), [top], first, first_capacity)
+    whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), np.r_[first_capacity, top], cap,
+                     cancel, np.zeros(n, np.int64), tree=True)
+    whole[whole > cancel] = np.inf
+    assert np.array_equal(np.isinf(got), np.isinf(whole)) and np.isinf(got[cancel == 3.0]).all()
+    assert cap.sum() > top and np.isfinite(whole).sum() > n // 2  # the link is contended, most complete
+    assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
+
+
 @pytest.mark.parametrize("seed", range(12))
 def test_a_few_flows_on_one_link_scanned_finish_as_the_whole_event_loop_says(seed):
     """Groups of a few flows with nothing below their link (a cell's transfers) are scanned, not heaped: the
@@ -269,3 +293,18 @@ def test_without_numba_the_same_event_loop_runs_as_plain_python_and_gives_the_sa
     finally:
         monkeypatch.undo()
         importlib.reload(one_bottleneck)
+
+
+def test_the_event_loop_s_orders_are_numpy_s_stable_sort_however_the_values_tie():
+    """flow_order._by_value (a quicksort, then the few tied runs put in index order, or the identity where all
+    tie) gives the stable sort's order: continuous values, a few ties, many, all, infinities."""
+    from emulator.system.flow_order import _by_value
+
+    rng = np.random.default_rng(7)
+    for trial in range(400):
+        n = int(rng.integers(1, 80))
+        values = [rng.random(n), rng.choice([0.0, 1.0, np.inf], n), np.full(n, 3.0), rng.random(n)][trial % 4]
+        if trial % 4 == 3:  # a few values repeated
+            picked = rng.integers(0, n, (int(rng.integers(0, 5)), 2))
+            values[picked[:, 0]] = values[picked[:, 1]]
+        assert np.array_equal(_by_value(values), np.argsort(values, kind="stable"))

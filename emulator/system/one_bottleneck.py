@@ -7,7 +7,8 @@ handful of flows; no lower link: its cap), and `level`, the group's shared link'
 The flows with e below the level ("free") run at e; the rest ("held") all run at the level, so they advance
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
 then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
-nothing else changes. The event loop runs under numba, compiled at its first use in a process (the first
+nothing else changes. Flows starting together into an empty group (a round's downloads) join it in one
+step (_arrive_together). The event loop runs under numba, compiled at its first use in a process (the first
 ever takes about 14 s with what fluid.py compiles, later processes load it from numba's cache on disk in
 about 2.5 s; worlds without shared links never load numba); where numba is missing the same functions run
 as plain Python, slower.
@@ -19,28 +20,27 @@ import math
 import numpy as np
 
 from emulator.compiled import compile_in
+from emulator.system.flow_order import arrange
 
-WAITING, FREE, HELD, OVER = 0, 1, 2, 3
+WAITING, FREE, HELD, OVER, ARRIVING = 0, 1, 2, 3, 4
 # the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
 # e, mark, since, then each heap's keys; rows of `whole`, mode, version, then each heap's order and places
 E, MARK, SINCE, KEY = 0, 1, 2, 3
-MODE, VERSION, ORDER, PLACE = 0, 1, 2, 6
+MODE, VERSION, ORDER, PLACE, SCRATCH = 0, 1, 2, 6, 10
 FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
 KEPT = 4  # count[KEPT]: whether FREE_TOP is kept (only while the shared link is contended: see _relevel_top)
 SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
 _KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_earlier", "_push", "_remove",
            "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_keep_free_top", "_relevel_cell",
-           "_relevel_top")
-_ARRANGE = ("_arrange", "_stable_by")
-_compiled: list = []  # the event loop, then _arrange
+           "_relevel_top", "_cell_level", "_arrive_together", "_sort_by_demand", "_sift_demand")
+_compiled: list = []  # the event loop
 
 
 def _event_loop():
-    """_run_groups and _arrange compiled (emulator/compiled.py) at their first use."""
+    """_run_groups compiled (emulator/compiled.py) at its first use."""
     if not _compiled:
         compile_in(globals(), _KERNEL, nrt=False)  # the loop allocates nothing
-        compile_in(globals(), _ARRANGE)
-        _compiled.extend((globals()["_run_groups"], globals()["_arrange"]))
+        _compiled.append(globals()["_run_groups"])
     return _compiled[0]
 
 
@@ -56,82 +56,13 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
         return finish
     _event_loop()
     first_capacity = np.ascontiguousarray(first_capacity, dtype=np.float64)
-    arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = _compiled[1](
-        start, cap, cancel, group, first, first_capacity, *(_by_value(a) for a in (start, cap, cancel)))
+    arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = arrange(
+        start, cap, cancel, group, first, first_capacity)
     tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[group_lo]]]
-    real, whole = np.zeros((KEY + 4, n)), np.zeros((PLACE + 4, n), dtype=np.int64)
+    real, whole = np.zeros((KEY + 4, n)), np.zeros((SCRATCH + 1, n), dtype=np.int64)
     _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
                  cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(5, dtype=np.int64))
     return finish
-
-
-def _by_value(values: np.ndarray) -> np.ndarray:
-    """Indices by value, ties by index (as a stable sort leaves them): numpy's quicksort, twice as fast as its
-    stable sort, where no two values tie (continuous starts and caps); the stable sort where some do (a fleet
-    of equal links, downloads starting together)."""
-    order = np.argsort(values)
-    ordered = values[order]
-    return np.argsort(values, kind="stable") if (ordered[1:] == ordered[:-1]).any() else order
-
-
-def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap, by_cancel):
-    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties by index): each
-    group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can fill),
-    in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1: none);
-    each group's flows that can be cancelled once started, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
-    n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
-    arrivals = _stable_by(group, by_start, groups_bound)
-    bounds = np.zeros(n + 1, dtype=np.int64)
-    groups = 0
-    for k in range(n):
-        if k == 0 or group[arrivals[k]] != group[arrivals[k - 1]]:
-            bounds[groups] = k
-            groups += 1
-    bounds[groups] = n
-    fills = np.zeros(n, dtype=np.bool_)
-    for f in range(n):
-        fills[f] = first[f] >= 0 and math.isfinite(first_capacity[first[f]])
-    members = _stable_by(first, arrivals[fills[arrivals]], links)
-    by_cap = _stable_by(first, by_cap[fills[by_cap]], links)
-    cell = np.full(n, -1, dtype=np.int64)
-    cell_bounds = np.zeros((2, len(members)), dtype=np.int64)
-    cell_capacity = np.zeros(len(members))
-    cells = 0
-    for k in range(len(members)):
-        if k == 0 or first[members[k]] != first[members[k - 1]]:
-            if cells:
-                cell_bounds[1, cells - 1] = k
-            cell_bounds[0, cells] = k
-            cell_capacity[cells] = first_capacity[first[members[k]]]
-            cells += 1
-        cell[members[k]] = cells - 1
-    if cells:
-        cell_bounds[1, cells - 1] = len(members)
-    stops = by_cancel[(start[by_cancel] < cancel[by_cancel]) & np.isfinite(cancel[by_cancel])]
-    stops = _stable_by(group, stops, groups_bound)
-    stop_lo = np.zeros(groups + 1, dtype=np.int64)
-    k = 0
-    for g in range(groups):
-        while k < len(stops) and group[stops[k]] < group[arrivals[bounds[g]]]:
-            k += 1
-        stop_lo[g] = k
-    stop_lo[groups] = len(stops)
-    table = np.stack((members, by_cap)) if len(members) else np.zeros((2, 0), dtype=np.int64)
-    return (arrivals, bounds[:groups].copy(), bounds[1:groups + 1].copy(), cell, cell_bounds[:, :cells].copy(),
-            cell_capacity[:cells].copy(), table, stops, stop_lo)
-
-
-def _stable_by(key, order, bound):
-    """`order` sorted by key (integers in [0, bound)), stably: ties keep the order they had (a counting sort)."""
-    starts = np.zeros(bound + 1, dtype=np.int64)
-    for f in order:
-        starts[key[f] + 1] += 1
-    starts = np.cumsum(starts)
-    out = np.empty_like(order)
-    for f in order:
-        out[starts[key[f]]] = f
-        starts[key[f]] += 1
-    return out
 
 
 def _run_groups(arrivals, group_lo, group_hi, group_top, given, cell, cell_bounds, cell_capacity, cells, stops,
@@ -148,7 +79,13 @@ def _run_groups(arrivals, group_lo, group_hi, group_top, given, cell, cell_bound
         state[:] = 0.0
         state[4] = math.inf
         count[KEPT] = 0
-        _one_group(flows, group_top[g], given, cell, cell_bounds, cell_capacity, cells,
+        first = 0
+        if len(flows) > 1 and given[0][flows[1]] == given[0][flows[0]]:  # starting together: _arrive_together
+            state[0] = given[0][flows[0]]
+            first = _arrive_together(flows, 0, state[0], group_top[g], given, cell, cell_bounds, cell_capacity, cells,
+                                     finish, real, whole, state, count)
+            _relevel_top(group_top[g], real, whole, state, count)
+        _one_group(flows, first, group_top[g], given, cell, cell_bounds, cell_capacity, cells,
                    stops[stop_lo[g]:stop_lo[g + 1]], finish, real, whole, state, count)
 
 
@@ -220,13 +157,13 @@ def _scan_level(arrivals, arrived, top, cap, mode) -> float:
     return math.inf
 
 
-def _one_group(arrivals, top, given, cell, cell_bounds, cell_capacity, cells, stops, finish, real, whole, state,
+def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_capacity, cells, stops, finish, real, whole, state,
                count):
     """One group's events in time order: an arrival, a completion (free or held), a cancel (`stops`: the
     group's flows that can be cancelled once started, by cancel time)."""
     start, size, cap, cancel = given[0], given[1], given[2], given[3]
     mode = whole[MODE]
-    nxt, n, stop = 0, len(arrivals), 0
+    n, stop = len(arrivals), 0
     while nxt < n or count[HELD_DONE] > 0 or count[FREE_DONE] > 0:
         when, kind, f = math.inf, 9, 0
         if nxt < n:
@@ -260,6 +197,67 @@ def _one_group(arrivals, top, given, cell, cell_bounds, cell_capacity, cells, st
         if cell[f] >= 0:
             _relevel_cell(cell[f], cap, cell_bounds, cell_capacity, cells, real, whole, state, count)
         _relevel_top(top, real, whole, state, count)
+
+
+def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_capacity, cells, finish, real, whole,
+                     state, count):
+    """The flows arriving at `when` into an empty group, in one step: each one's demand (its cap at its cell's
+    level), then each into the set it settles in, free below the link's level and held at it, in ascending
+    order of demand (relevel_top then finds the level settled), instead of one by one, each arrival lowering
+    the level and moving the free flows it passes to the held set. Returns the next arrival's index."""
+    start, size, cap, cancel = given[0], given[1], given[2], given[3]
+    mode, order, e = whole[MODE], whole[SCRATCH], real[E]
+    n, k = len(arrivals), 0
+    while nxt < n and start[arrivals[nxt]] == when:
+        f = arrivals[nxt]
+        nxt += 1
+        if cancel[f] <= when:
+            finish[f] = math.inf
+            mode[f] = OVER
+        else:
+            mode[f] = ARRIVING
+            order[k] = f
+            k += 1
+    for i in range(k):
+        f = order[i]
+        e[f] = cap[f] if cell[f] < 0 else min(cap[f], _cell_level(cell[f], cap, cell_bounds, cell_capacity, cells, mode,
+                                                                    ARRIVING, ARRIVING))
+    _sort_by_demand(order, k, e)
+    held_from, below = k, 0.0  # water-filled: the first flow whose demand reaches the level the rest leave
+    for i in range(k):
+        if below + (k - i) * e[order[i]] >= top:
+            held_from = i
+            break
+        below += e[order[i]]
+    for i in range(k):
+        f = order[i]
+        mode[f] = WAITING
+        _become(f, FREE if i < held_from else HELD, size[f], e[f], True, real, whole, state, count)
+    return nxt
+
+
+def _sort_by_demand(order, k, e):
+    """order[:k] by (e, flow) ascending, in place (a heap sort: the loop allocates nothing)."""
+    for i in range(k // 2 - 1, -1, -1):
+        _sift_demand(order, i, k, e)
+    for end in range(k - 1, 0, -1):
+        order[0], order[end] = order[end], order[0]
+        _sift_demand(order, 0, end, e)
+
+
+def _sift_demand(order, i, k, e):
+    f = order[i]
+    while 2 * i + 1 < k:
+        child = 2 * i + 1
+        a, b = order[child], order[min(child + 1, k - 1)]
+        if e[a] < e[b] or (e[a] == e[b] and a < b):  # by (e, flow): the larger child
+            child = min(child + 1, k - 1)
+        a = order[child]
+        if not (e[f] < e[a] or (e[f] == e[a] and f < a)):
+            break
+        order[i] = a
+        i = child
+    order[i] = f
 
 
 def _earlier(when, kind, f, other_when, other_kind, other_f):
@@ -388,29 +386,35 @@ def _keep_free_top(real, whole, count):
 
 def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state, count):
     """A cell's flows at its new water level: each runs at min(its cap, level)."""
-    mode, lo, hi = whole[MODE], cell_bounds[0, c], cell_bounds[1, c]
-    members, by_cap = cells[0], cells[1]
-    below, running = 0.0, 0
-    for k in range(lo, hi):
-        if mode[by_cap[k]] == FREE or mode[by_cap[k]] == HELD:
-            running += 1
-    level, seen = math.inf, 0
-    for k in range(lo, hi):  # ascending caps: the level where they fill the cell
-        f = by_cap[k]
-        if mode[f] != FREE and mode[f] != HELD:
-            continue
-        if below + (running - seen) * cap[f] >= cell_capacity[c]:
-            level = (cell_capacity[c] - below) / (running - seen)
-            break
-        below += cap[f]
-        seen += 1
-    for k in range(lo, hi):  # in the order the flows arrived
+    mode, members = whole[MODE], cells[0]
+    level = _cell_level(c, cap, cell_bounds, cell_capacity, cells, mode, FREE, HELD)
+    for k in range(cell_bounds[0, c], cell_bounds[1, c]):  # in the order the flows arrived
         f = members[k]
         if mode[f] != FREE and mode[f] != HELD:
             continue
         want = min(cap[f], level)
         if want != real[E, f]:
             _become(f, mode[f], _left(f, real, whole, state), want, True, real, whole, state, count)
+
+
+def _cell_level(c, cap, cell_bounds, cell_capacity, cells, mode, one, other) -> float:
+    """Cell c's water level over its flows in mode `one` or `other` (math.inf where their caps fit): their caps
+    taken in ascending order until they fill it."""
+    lo, hi, by_cap = cell_bounds[0, c], cell_bounds[1, c], cells[1]
+    running = 0
+    for k in range(lo, hi):
+        if mode[by_cap[k]] == one or mode[by_cap[k]] == other:
+            running += 1
+    below, seen = 0.0, 0
+    for k in range(lo, hi):
+        f = by_cap[k]
+        if mode[f] != one and mode[f] != other:
+            continue
+        if below + (running - seen) * cap[f] >= cell_capacity[c]:
+            return (cell_capacity[c] - below) / (running - seen)
+        below += cap[f]
+        seen += 1
+    return math.inf
 
 
 def _relevel_top(top, real, whole, state, count):

@@ -1,0 +1,105 @@
+"""The orders one_bottleneck.py's event loop follows, from a call's flows: each group's flows by start, each
+cell's flows as they arrive and by cap, each group's cancellable flows by cancel time. Three numpy sorts, then
+one compiled pass (emulator/compiled.py) that cuts them by group and cell."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from emulator.compiled import compile_in
+
+_compiled: list = []  # _arrange
+FEW_TIES = 16  # tied neighbours _by_value puts in order itself; more, and numpy's stable sort does
+
+
+def arrange(start, cap, cancel, group, first, first_capacity):
+    """_arrange's orders (see there) from the flows' start, cap, cancel, group and first link (float64 and int64
+    arrays, `first_capacity` each first link's capacity)."""
+    if not _compiled:
+        compile_in(globals(), ("_arrange", "_stable_by"))
+        _compiled.append(globals()["_arrange"])
+    return _compiled[0](start, cap, cancel, group, first, first_capacity,
+                        *(_by_value(values) for values in (start, cap, cancel)))
+
+
+def _by_value(values: np.ndarray) -> np.ndarray:
+    """Indices by value, ties by index (as a stable sort leaves them): numpy's quicksort, twice as fast as its
+    stable sort, then the few runs of tied values put in index order (a round's uploads tie once or twice);
+    the identity where all values tie (downloads starting together); the stable sort where many do (a fleet
+    of equal links)."""
+    order = np.argsort(values)
+    ordered = values[order]
+    ties = np.flatnonzero(ordered[1:] == ordered[:-1])
+    if len(ties) == len(values) - 1:
+        return np.arange(len(values))
+    if len(ties) > FEW_TIES:
+        return np.argsort(values, kind="stable")
+    run = 0
+    while run < len(ties):  # a run of tied values: positions ties[run] .. ties[end] + 1
+        end = run
+        while end + 1 < len(ties) and ties[end + 1] == ties[end] + 1:
+            end += 1
+        order[ties[run]:ties[end] + 2] = np.sort(order[ties[run]:ties[end] + 2])
+        run = end + 1
+    return order
+
+
+def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap, by_cancel):
+    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties by index): each
+    group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can fill),
+    in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1: none);
+    each group's flows that can be cancelled once started, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
+    n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
+    arrivals = _stable_by(group, by_start, groups_bound)
+    bounds = np.zeros(n + 1, dtype=np.int64)
+    groups = 0
+    for k in range(n):
+        if k == 0 or group[arrivals[k]] != group[arrivals[k - 1]]:
+            bounds[groups] = k
+            groups += 1
+    bounds[groups] = n
+    fills = np.zeros(n, dtype=np.bool_)
+    for f in range(n):
+        fills[f] = first[f] >= 0 and math.isfinite(first_capacity[first[f]])
+    members = _stable_by(first, arrivals[fills[arrivals]], links)
+    by_cap = _stable_by(first, by_cap[fills[by_cap]], links)
+    cell = np.full(n, -1, dtype=np.int64)
+    cell_bounds = np.zeros((2, len(members)), dtype=np.int64)
+    cell_capacity = np.zeros(len(members))
+    cells = 0
+    for k in range(len(members)):
+        if k == 0 or first[members[k]] != first[members[k - 1]]:
+            if cells:
+                cell_bounds[1, cells - 1] = k
+            cell_bounds[0, cells] = k
+            cell_capacity[cells] = first_capacity[first[members[k]]]
+            cells += 1
+        cell[members[k]] = cells - 1
+    if cells:
+        cell_bounds[1, cells - 1] = len(members)
+    stops = by_cancel[(start[by_cancel] < cancel[by_cancel]) & np.isfinite(cancel[by_cancel])]
+    stops = _stable_by(group, stops, groups_bound)
+    stop_lo = np.zeros(groups + 1, dtype=np.int64)
+    k = 0
+    for g in range(groups):
+        while k < len(stops) and group[stops[k]] < group[arrivals[bounds[g]]]:
+            k += 1
+        stop_lo[g] = k
+    stop_lo[groups] = len(stops)
+    table = np.stack((members, by_cap)) if len(members) else np.zeros((2, 0), dtype=np.int64)
+    return (arrivals, bounds[:groups].copy(), bounds[1:groups + 1].copy(), cell, cell_bounds[:, :cells].copy(),
+            cell_capacity[:cells].copy(), table, stops, stop_lo)
+
+
+def _stable_by(key, order, bound):
+    """`order` sorted by key (integers in [0, bound)), stably: ties keep the order they had (a counting sort)."""
+    starts = np.zeros(bound + 1, dtype=np.int64)
+    for f in order:
+        starts[key[f] + 1] += 1
+    starts = np.cumsum(starts)
+    out = np.empty_like(order)
+    for f in order:
+        out[starts[key[f]]] = f
+        starts[key[f]] += 1
+    return out
