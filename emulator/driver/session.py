@@ -99,7 +99,7 @@ def _set_up(request: RunRequest, federation, run_key: str, server: ServerHandle)
     if federation.stored is not None and not request.in_process:  # a node without the driver's disk gets a copy
         with request.profile.phase("data on every node"):
             place_on_every_node(federation.stored, request.notify)
-    reports = scenario.rounds * (getattr(scenario.algorithm, "clients_per_round", 0) or 0)
+    reports = scenario.rounds * scenario.algorithm.clients_per_round  # every algorithm config has it
     context = RunContext(run_key, federation, scenario.model.name, torch_seed(scenario.seed, "model-init"),
                          scenario.model.options(), tuple(scenario.plugins), scenario.runtime.precision,
                          updates_per_runner=reports / max(1, len(server.pool.runners)))
