@@ -222,6 +222,53 @@ def test_flows_tied_in_start_cap_and_cancel_behind_one_link_finish_as_the_whole_
     assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_crowded_cells_and_late_cancels_behind_one_link_finish_as_the_whole_event_loop_says(seed):
+    """Cells holding more flows than flow_order puts by cap by insertion (numpy's sort then, caps tied), and
+    cancels far after the transfers (left out of the event loop's cancels) or among them: the lockstep loop's
+    completion times."""
+    from emulator.system.flow_order import SMALL_CELL
+    from emulator.system.fluid import _advance
+    from emulator.system.one_bottleneck import finish_in_groups
+
+    rng = np.random.default_rng(400 + seed)
+    n, cells = 6 * SMALL_CELL, 3
+    first = rng.integers(0, cells, n)
+    first_capacity = np.full(cells, 60.0)
+    top, cap = 150.0, rng.choice([1.0, 2.0, 3.5], n)
+    start, size = rng.uniform(0, 5, n), rng.uniform(5, 20, n)
+    cancel = start + np.where(rng.random(n) < 0.2, rng.uniform(0, 30, n), rng.uniform(1e4, 1e5, n))
+    got = finish_in_groups(start, size, cap, cancel, np.zeros(n, np.int64), [top], first, first_capacity)
+    whole = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), np.r_[first_capacity, top], cap,
+                     cancel, np.zeros(n, np.int64), tree=True)
+    whole[whole > cancel] = np.inf
+    assert np.bincount(first).min() > SMALL_CELL and np.isinf(whole).any() and np.isfinite(whole).sum() > n // 2
+    assert np.array_equal(np.isinf(got), np.isinf(whole))
+    assert np.allclose(np.where(np.isinf(whole), 0, got), np.where(np.isinf(whole), 0, whole), rtol=1e-9)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_the_cancels_the_event_loop_leaves_out_never_stop_a_transfer(seed):
+    """flow_order._cancellable keeps a flow's cancel only where it may come before the flow completes (a flow
+    gets at least its share of each link it crosses): every flow the lockstep loop sees cancelled mid-transfer
+    is kept, and those cancelled long after any transfer could last are left out."""
+    from emulator.system.flow_order import _cancellable
+    from emulator.system.fluid import _advance
+
+    rng = np.random.default_rng(500 + seed)
+    n, cells = 120, 15
+    first = rng.integers(0, cells, n)
+    first_capacity, top = rng.lognormal(2, 0.5, cells), float(rng.uniform(50, 200))
+    cap, start, size = rng.lognormal(1.5, 0.6, n), rng.uniform(0, 20, n), rng.uniform(5, 50, n)
+    cancel = start + rng.choice([rng.uniform(0, 15), 1e6], n)
+    kept = _cancellable(start, size, cap, cancel, np.zeros(n, np.int64), first, first_capacity, np.array([top]))
+    uncancelled = _advance(start, size, np.stack([first, np.full(n, cells)], axis=1), np.r_[first_capacity, top],
+                           cap, np.full(n, np.inf), np.zeros(n, np.int64), tree=True)
+    stopped = np.flatnonzero(cancel < uncancelled)
+    assert len(stopped) and set(stopped.tolist()) <= set(kept.tolist())
+    assert not (cancel[kept] >= 1e6).any() and np.array_equal(kept, np.sort(kept))
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_flows_starting_together_settle_in_one_step_as_the_whole_event_loop_says(seed):
     """A round's downloads all start at one instant: they join their empty group in one step (each one's demand

@@ -1,6 +1,7 @@
 """The orders one_bottleneck.py's event loop follows, from a call's flows: each group's flows by start, each
-cell's flows as they arrive and by cap, each group's cancellable flows by cancel time. Three numpy sorts, then
-one compiled pass (emulator/compiled.py) that cuts them by group and cell."""
+cell's flows as they arrive and by cap, each group's flows a cancel may stop, by cancel time. Two numpy sorts
+(start, and cancel over the few flows it may stop), then one compiled pass (emulator/compiled.py) that cuts them
+by group and cell and puts each cell's flows by cap."""
 from __future__ import annotations
 
 import math
@@ -9,18 +10,45 @@ import numpy as np
 
 from emulator.compiled import compile_in
 
-_compiled: list = []  # _arrange
+_compiled: list = []  # _arrange, _cancellable
 FEW_TIES = 16  # tied neighbours _by_value puts in order itself; more, and numpy's stable sort does
+SMALL_CELL = 32  # a cell of at most this many flows is put by cap by insertion, a larger one by numpy's sort
+MARGIN = 1.001  # over a flow's latest completion: what float rounding could add to it, many times over
 
 
-def arrange(start, cap, cancel, group, first, first_capacity):
-    """_arrange's orders (see there) from the flows' start, cap, cancel, group and first link (float64 and int64
-    arrays, `first_capacity` each first link's capacity)."""
+def arrange(start, size, cap, cancel, group, first, first_capacity, top_capacity):
+    """_arrange's orders (see there) from the flows' start, size, cap, cancel, group and first link (float64 and
+    int64 arrays; `first_capacity` each first link's capacity, `top_capacity` each group's link's)."""
     if not _compiled:
-        compile_in(globals(), ("_arrange", "_stable_by"))
-        _compiled.append(globals()["_arrange"])
-    return _compiled[0](start, cap, cancel, group, first, first_capacity,
-                        *(_by_value(values) for values in (start, cap, cancel)))
+        compile_in(globals(), ("_arrange", "_stable_by", "_by_cap", "_cancellable"))
+        _compiled.extend((globals()["_arrange"], globals()["_cancellable"]))
+    stoppable = _compiled[1](start, size, cap, cancel, group, first, first_capacity, top_capacity)
+    return _compiled[0](start, cap, cancel, group, first, first_capacity, _by_value(start),
+                        stoppable[_by_value(cancel[stoppable])])
+
+
+def _cancellable(start, size, cap, cancel, group, first, first_capacity, top_capacity):
+    """The flows (ascending) whose cancel may come before they complete: those started before it whose cancel
+    is earlier than their latest completion. A flow gets at least its share of every link it crosses (max-min
+    fairness: min(cap, capacity / the flows crossing it)), so it completes by start + size / that rate; a round's
+    devices mostly leave hours after their transfers, and their cancels are left out of the sort."""
+    n = len(start)
+    in_group, on_first = np.zeros(len(top_capacity), np.int64), np.zeros(len(first_capacity), np.int64)
+    for f in range(n):
+        in_group[group[f]] += 1
+        if first[f] >= 0:
+            on_first[first[f]] += 1
+    out, k = np.empty(n, np.int64), 0
+    for f in range(n):
+        if not (start[f] < cancel[f] < math.inf):
+            continue
+        rate = min(cap[f], top_capacity[group[f]] / in_group[group[f]])
+        if first[f] >= 0:
+            rate = min(rate, first_capacity[first[f]] / on_first[first[f]])
+        if not rate > 0 or cancel[f] < start[f] + MARGIN * size[f] / rate:
+            out[k] = f
+            k += 1
+    return out[:k]
 
 
 def _by_value(values: np.ndarray) -> np.ndarray:
@@ -46,11 +74,12 @@ def _by_value(values: np.ndarray) -> np.ndarray:
     return order
 
 
-def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap, by_cancel):
-    """The orders the event loop follows (from the flows by start, by cap and by cancel, ties by index): each
-    group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can fill),
-    in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1: none);
-    each group's flows that can be cancelled once started, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
+def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cancel):
+    """The orders the event loop follows (from the flows by start and the stoppable by cancel, ties by index):
+    each group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can
+    fill), in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each
+    flow's cell (-1: none); each group's flows that a cancel may stop, by cancel, between stop_lo[g] and
+    stop_lo[g + 1]."""
     n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
     arrivals = _stable_by(group, by_start, groups_bound)
     bounds = np.zeros(n + 1, dtype=np.int64)
@@ -64,7 +93,7 @@ def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap,
     for f in range(n):
         fills[f] = first[f] >= 0 and math.isfinite(first_capacity[first[f]])
     members = _stable_by(first, arrivals[fills[arrivals]], links)
-    by_cap = _stable_by(first, by_cap[fills[by_cap]], links)
+    by_cap = members.copy()
     cell = np.full(n, -1, dtype=np.int64)
     cell_bounds = np.zeros((2, len(members)), dtype=np.int64)
     cell_capacity = np.zeros(len(members))
@@ -79,8 +108,9 @@ def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cap,
         cell[members[k]] = cells - 1
     if cells:
         cell_bounds[1, cells - 1] = len(members)
-    stops = by_cancel[(start[by_cancel] < cancel[by_cancel]) & np.isfinite(cancel[by_cancel])]
-    stops = _stable_by(group, stops, groups_bound)
+    for c in range(cells):
+        _by_cap(by_cap[cell_bounds[0, c]:cell_bounds[1, c]], cap)
+    stops = _stable_by(group, by_cancel, groups_bound)
     stop_lo = np.zeros(groups + 1, dtype=np.int64)
     k = 0
     for g in range(groups):
@@ -104,3 +134,17 @@ def _stable_by(key, order, bound):
         out[starts[key[f]]] = f
         starts[key[f]] += 1
     return out
+
+
+def _by_cap(flows, cap):
+    """A cell's flows by cap, ties as they arrived, in place: by insertion (a cell holds a handful), or numpy's
+    stable sort where it holds many. (How ties go changes no level: tied caps add up the same in any order.)"""
+    if len(flows) > SMALL_CELL:
+        flows[:] = flows[np.argsort(cap[flows], kind="mergesort")]
+        return
+    for i in range(1, len(flows)):
+        f, j = flows[i], i
+        while j > 0 and cap[flows[j - 1]] > cap[f]:
+            flows[j] = flows[j - 1]
+            j -= 1
+        flows[j] = f

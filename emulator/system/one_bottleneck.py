@@ -8,10 +8,9 @@ The flows with e below the level ("free") run at e; the rest ("held") all run at
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
 then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
 nothing else changes. Flows starting together into an empty group (a round's downloads) join it in one
-step (_arrive_together). The event loop runs under numba, compiled at its first use in a process (the first
-ever takes about 14 s with what fluid.py compiles, later processes load it from numba's cache on disk in
-about 2.5 s; worlds without shared links never load numba); where numba is missing the same functions run
-as plain Python, slower.
+step (_arrive_together). The loop runs under numba (emulator/compiled.py), compiled at its first use in a
+process (about 14 s the first time ever, with fluid.py's; later from numba's cache, about 2.5 s; worlds
+without shared links never load numba); without numba the same functions run as plain Python, slower.
 """
 from __future__ import annotations
 
@@ -24,7 +23,7 @@ from emulator.system.flow_order import arrange
 
 WAITING, FREE, HELD, OVER, ARRIVING = 0, 1, 2, 3, 4
 # the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
-# e, mark, since, then each heap's keys; rows of `whole`, mode, version, then each heap's order and places
+# e, mark, since, then each heap's keys (by place in it); rows of `whole`, mode, version, then each heap's order and places
 E, MARK, SINCE, KEY = 0, 1, 2, 3
 MODE, VERSION, ORDER, PLACE, SCRATCH = 0, 1, 2, 6, 10
 FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
@@ -56,9 +55,10 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
         return finish
     _event_loop()
     first_capacity = np.ascontiguousarray(first_capacity, dtype=np.float64)
+    top_capacity = np.ascontiguousarray(top_capacity, dtype=np.float64)
     arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = arrange(
-        start, cap, cancel, group, first, first_capacity)
-    tops = np.ascontiguousarray(top_capacity, dtype=np.float64)[group[arrivals[group_lo]]]
+        start, size, cap, cancel, group, first, first_capacity, top_capacity)
+    tops = top_capacity[group[arrivals[group_lo]]]
     real, whole = np.zeros((KEY + 4, n)), np.zeros((SCRATCH + 1, n), dtype=np.int64)
     _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
                  cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(5, dtype=np.int64))
@@ -170,10 +170,10 @@ def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_capacity, cell
             when, kind, f = start[arrivals[nxt]], 0, arrivals[nxt]
         if count[FREE_DONE] > 0:
             first = whole[ORDER + FREE_DONE, 0]
-            when, kind, f = _earlier(when, kind, f, real[KEY + FREE_DONE, first], 1, first)
+            when, kind, f = _earlier(when, kind, f, real[KEY + FREE_DONE, 0], 1, first)
         if count[HELD_DONE] > 0:
             first = whole[ORDER + HELD_DONE, 0]
-            held_at = state[0] + (real[KEY + HELD_DONE, first] - state[1]) / state[4]
+            held_at = state[0] + (real[KEY + HELD_DONE, 0] - state[1]) / state[4]
             when, kind, f = _earlier(when, kind, f, held_at, 1, first)
         while stop < len(stops) and mode[stops[stop]] == OVER:
             stop += 1
@@ -267,68 +267,71 @@ def _earlier(when, kind, f, other_when, other_kind, other_f):
 
 
 def _push(h, f, value, real, whole, count):
-    """Flow f into heap h with `value`. Four heaps, each an array of flows ordered by (value, the flow's
-    version, the flow) with each flow's place kept (so a flow leaves it directly): the free flows by completion
-    and by -e, the held flows by mark and by e."""
-    real[KEY + h, f] = value
-    whole[ORDER + h, count[h]] = f
+    """Flow f into heap h with `value`. Four heaps of flows by (value, version, flow), values kept by place (a
+    comparison reads no flow's row), places by flow: the free flows by completion and -e, the held by mark and e."""
     count[h] += 1
-    _sift_up(h, count[h] - 1, real, whole)
+    _sift_up(h, count[h] - 1, f, value, real, whole)
 
 
 def _remove(h, f, real, whole, count):
-    i = whole[PLACE + h, f]
-    count[h] -= 1
-    last = whole[ORDER + h, count[h]]
-    if last != f:
-        whole[ORDER + h, i] = last
-        whole[PLACE + h, last] = i
-        _sift_up(h, i, real, whole)
-        _sift_down(h, whole[PLACE + h, last], real, whole, count)
+    """Flow f out of heap h: its place's hole down to a leaf, the earlier child up each step, then the last
+    flow into the hole and up to its place (one comparison a level, not two: the last flow mostly belongs low)."""
+    order, place, key, version = whole[ORDER + h], whole[PLACE + h], real[KEY + h], whole[VERSION]
+    i, end = place[f], count[h] - 1
+    count[h] = end
+    if i == end:
+        return
+    while 2 * i + 1 < end:
+        child = 2 * i + 1
+        if child + 1 < end and _before(key[child + 1], order[child + 1], key[child], order[child], version):
+            child += 1
+        order[i], key[i] = order[child], key[child]
+        place[order[i]] = i
+        i = child
+    _sift_up(h, i, order[end], key[end], real, whole)
 
 
 def _rekey(h, f, value, real, whole, count):
     """Flow f's value in heap h changed (its version did not): f moved up or down to its place."""
-    real[KEY + h, f] = value
-    _sift_up(h, whole[PLACE + h, f], real, whole)
+    _sift_up(h, whole[PLACE + h, f], f, value, real, whole)
     _sift_down(h, whole[PLACE + h, f], real, whole, count)
 
 
-def _before(h, a, b, real, whole) -> bool:
-    if real[KEY + h, a] != real[KEY + h, b]:
-        return real[KEY + h, a] < real[KEY + h, b]
-    if whole[VERSION, a] != whole[VERSION, b]:
-        return whole[VERSION, a] < whole[VERSION, b]
-    return a < b
+def _before(value, f, other_value, other, version) -> bool:
+    if value != other_value:
+        return value < other_value
+    if version[f] != version[other]:
+        return version[f] < version[other]
+    return f < other
 
 
-def _sift_up(h, i, real, whole):
-    order, place = whole[ORDER + h], whole[PLACE + h]
-    f = order[i]
+def _sift_up(h, i, f, value, real, whole):
+    """Flow f with `value` into place i, then up past the parents it comes before."""
+    order, place, key, version = whole[ORDER + h], whole[PLACE + h], real[KEY + h], whole[VERSION]
     while i > 0:
         parent = (i - 1) >> 1
-        if not _before(h, f, order[parent], real, whole):
+        if not _before(value, f, key[parent], order[parent], version):
             break
-        order[i] = order[parent]
+        order[i], key[i] = order[parent], key[parent]
         place[order[i]] = i
         i = parent
-    order[i] = f
+    order[i], key[i] = f, value
     place[f] = i
 
 
 def _sift_down(h, i, real, whole, count):
-    order, place = whole[ORDER + h], whole[PLACE + h]
-    f = order[i]
-    while 2 * i + 1 < count[h]:
+    order, place, key, version = whole[ORDER + h], whole[PLACE + h], real[KEY + h], whole[VERSION]
+    f, value, n = order[i], key[i], count[h]
+    while 2 * i + 1 < n:
         child = 2 * i + 1
-        if child + 1 < count[h] and _before(h, order[child + 1], order[child], real, whole):
+        if child + 1 < n and _before(key[child + 1], order[child + 1], key[child], order[child], version):
             child += 1
-        if not _before(h, order[child], f, real, whole):
+        if not _before(key[child], order[child], value, f, version):
             break
-        order[i] = order[child]
+        order[i], key[i] = order[child], key[child]
         place[order[i]] = i
         i = child
-    order[i] = f
+    order[i], key[i] = f, value
     place[f] = i
 
 
@@ -342,8 +345,9 @@ def _become(f, new_mode, remaining, demand, has_demand, real, whole, state, coun
     """Flow f, `remaining` bytes left now, from its set to `new_mode`'s (with a new e, if `has_demand`)."""
     mode = whole[MODE, f]
     if new_mode == HELD and mode == HELD:  # a held flow's new cap from its cell: its mark stays, as on V
-        real[E, f] = demand
-        _rekey(HELD_LOW, f, demand, real, whole, count)
+        real[E, f] = demand  # HELD_LOW's key only lowered: a key below e is put right once it reaches the top
+        if demand < real[KEY + HELD_LOW, whole[PLACE + HELD_LOW, f]]:
+            _rekey(HELD_LOW, f, demand, real, whole, count)
         return
     if mode == FREE:
         state[2] -= real[E, f]
@@ -377,7 +381,7 @@ def _keep_free_top(real, whole, count):
     count[KEPT], count[FREE_TOP] = 1, count[FREE_DONE]
     for i in range(count[FREE_DONE]):
         f = whole[ORDER + FREE_DONE, i]
-        real[KEY + FREE_TOP, f] = -real[E, f]
+        real[KEY + FREE_TOP, i] = -real[E, f]
         whole[ORDER + FREE_TOP, i] = f
         whole[PLACE + FREE_TOP, f] = i
     for i in range(count[FREE_TOP] // 2 - 1, -1, -1):
@@ -435,10 +439,12 @@ def _relevel_top(top, real, whole, state, count):
             if real[E, f] > level or (held == 0 and state[2] > top):
                 _become(f, HELD, _left(f, real, whole, state), 0.0, False, real, whole, state, count)
                 continue
-        if count[HELD_LOW] > 0:
+        if count[HELD_LOW] > 0 and real[KEY + HELD_LOW, 0] < level:
             f = whole[ORDER + HELD_LOW, 0]
-            if real[E, f] < level:
+            if real[E, f] != real[KEY + HELD_LOW, 0]:  # its cell's level rose since its key: put right
+                _rekey(HELD_LOW, f, real[E, f], real, whole, count)
+            else:
                 _become(f, FREE, _left(f, real, whole, state), 0.0, False, real, whole, state, count)
-                continue
+            continue
         state[4] = level
         return
