@@ -298,7 +298,8 @@ def test_a_few_flows_on_one_link_scanned_finish_as_the_whole_event_loop_says(see
     """Groups of a few flows with nothing below their link (a cell's transfers) are scanned, not heaped: the
     same completion times as the lockstep loop, through ties of caps and starts, cancels and idle gaps."""
     from emulator.system.fluid import _advance
-    from emulator.system.one_bottleneck import SMALL, finish_in_groups
+    from emulator.system.few_flows import SMALL
+    from emulator.system.one_bottleneck import finish_in_groups
 
     rng = np.random.default_rng(100 + seed)
     groups = int(rng.integers(1, 6))

@@ -10,8 +10,8 @@ cell), so the work is cut three ways, none changing a completion time:
   clock: one vectorised step applies every group's next event, so the steps are as many as the busiest
   group's events, not the sum of all groups';
 - on a tree (every topology of system.network) the rates come from fair_share.tree_rates, one sort a tier;
-- a group held together by one link (a cell's few flows; a region's or the server's, with only first links
-  below it) runs in one_bottleneck.py, compiled, where an event costs about 0.1 µs instead of
+- a group held together by one link (a cell's few flows, scanned by few_flows.py; a region's or the server's,
+  with only first links below it) runs through one_bottleneck.py, compiled, an event costing about 0.1 µs, not
   recomputing the group's every rate; the lockstep is left for the rest (links that fill at three tiers,
   or topologies other than a tree).
 """

@@ -1,13 +1,13 @@
 """Groups of flows each held together by one link, event by event in compiled code: the case where the
 lockstep of fluid.py pays most (a region's thousand flows coupled through its backhaul, whose every event
-would recompute every rate), and the common one of a few flows sharing a cell.
+would recompute every rate), and cells with more flows than few_flows.py scans.
 
 In a group, a flow's rate is min(e, level): e, its cap lowered to its first link's water level (a cell, a
 handful of flows; no lower link: its cap), and `level`, the group's shared link's (fair_share.tree_rates).
 The flows with e below the level ("free") run at e; the rest ("held") all run at the level, so they advance
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
-then touches its cell's flows and moves the few flows whose e the level crossed between the two sets;
-nothing else changes. Flows starting together into an empty group (a round's downloads) join it in one
+then touches its cell's flows (none but its own where the cell's level stays) and moves the few flows whose
+e the level crossed between the two sets; nothing else changes. Flows starting together into an empty group (a round's downloads) join it in one
 step (_arrive_together). The loop runs under numba (emulator/compiled.py), compiled at its first use in a
 process (about 14 s the first time ever, with fluid.py's; later from numba's cache, about 2.5 s; worlds
 without shared links never load numba); without numba the same functions run as plain Python, slower.
@@ -19,6 +19,7 @@ import math
 import numpy as np
 
 from emulator.compiled import compile_in
+from emulator.system.few_flows import scan_small_groups
 from emulator.system.flow_order import arrange
 
 WAITING, FREE, HELD, OVER, ARRIVING = 0, 1, 2, 3, 4
@@ -28,10 +29,9 @@ E, MARK, SINCE, KEY = 0, 1, 2, 3
 MODE, VERSION, ORDER, PLACE, SCRATCH = 0, 1, 2, 6, 10
 FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
 KEPT = 4  # count[KEPT]: whether FREE_TOP is kept (only while the shared link is contended: see _relevel_top)
-SMALL = 16  # a group of at most this many flows and no cell below its link is run by scanning them, no heaps
-_KERNEL = ("_run_groups", "_no_cells", "_small_group", "_scan_level", "_one_group", "_earlier", "_push", "_remove",
-           "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become", "_keep_free_top", "_relevel_cell",
-           "_relevel_top", "_cell_level", "_arrive_together", "_sort_by_demand", "_sift_demand")
+_KERNEL = ("_run_groups", "_one_group", "_earlier", "_push", "_remove", "_rekey", "_before", "_sift_up", "_sift_down",
+           "_left", "_become", "_keep_free_top", "_relevel_cell", "_relevel_top", "_cell_level", "_arrive_together",
+           "_sift_demand")
 _compiled: list = []  # the event loop
 
 
@@ -59,105 +59,40 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = arrange(
         start, size, cap, cancel, group, first, first_capacity, top_capacity)
     tops = top_capacity[group[arrivals[group_lo]]]
+    cell_state = np.stack([cell_capacity, np.full(len(cell_capacity), np.nan)])  # see _relevel_cell
     real, whole = np.zeros((KEY + 4, n)), np.zeros((SCRATCH + 1, n), dtype=np.int64)
-    _compiled[0](arrivals, group_lo, group_hi, tops, np.stack([start, size, cap, cancel]), cell, cell_bounds,
-                 cell_capacity, cells, stops, stop_lo, finish, real, whole, np.zeros(5), np.zeros(5, dtype=np.int64))
+    given = np.stack([start, size, cap, cancel])
+    scanned = scan_small_groups(arrivals, group_lo, group_hi, tops, given, cell, finish)
+    if scanned.all():
+        return finish
+    _compiled[0](arrivals, group_lo, group_hi, tops, scanned, given, cell, cell_bounds, cell_state, cells, stops,
+                 stop_lo, finish, real, whole, np.zeros(5), np.zeros(5, dtype=np.int64))
     return finish
 
 
-def _run_groups(arrivals, group_lo, group_hi, group_top, given, cell, cell_bounds, cell_capacity, cells, stops,
-                stop_lo, finish, real, whole, state, count):
-    """Each group in turn; `given`: rows start, size, cap and cancel; `cells`: rows each cell's flows in the
-    order they arrive and by cap, cell c's between cell_bounds[:, c]; `state`: now, V, the free flows' rates
-    summed, how many are held, the level; count: each heap's size."""
+def _run_groups(arrivals, group_lo, group_hi, group_top, scanned, given, cell, cell_bounds, cell_state, cells,
+                stops, stop_lo, finish, real, whole, state, count):
+    """Each group that few_flows.py has not `scanned`, in turn; `given`: rows start, size, cap and cancel;
+    `cells`: rows each cell's flows in the order they arrive and by cap, cell c's between cell_bounds[:, c];
+    `state`: now, V, the free flows' rates summed, how many are held, the level; count: each heap's size."""
     for g in range(len(group_lo)):
-        flows = arrivals[group_lo[g]:group_hi[g]]
-        if len(flows) <= SMALL and _no_cells(flows, cell):
-            _small_group(flows, group_top[g], given[0], given[1], given[2], given[3], finish, real[E], real[MARK],
-                         whole[MODE])
+        if scanned[g]:
             continue
+        flows = arrivals[group_lo[g]:group_hi[g]]
         state[:] = 0.0
         state[4] = math.inf
         count[KEPT] = 0
         first = 0
         if len(flows) > 1 and given[0][flows[1]] == given[0][flows[0]]:  # starting together: _arrive_together
             state[0] = given[0][flows[0]]
-            first = _arrive_together(flows, 0, state[0], group_top[g], given, cell, cell_bounds, cell_capacity, cells,
+            first = _arrive_together(flows, 0, state[0], group_top[g], given, cell, cell_bounds, cell_state, cells,
                                      finish, real, whole, state, count)
             _relevel_top(group_top[g], real, whole, state, count)
-        _one_group(flows, first, group_top[g], given, cell, cell_bounds, cell_capacity, cells,
+        _one_group(flows, first, group_top[g], given, cell, cell_bounds, cell_state, cells,
                    stops[stop_lo[g]:stop_lo[g + 1]], finish, real, whole, state, count)
 
 
-def _no_cells(flows, cell) -> bool:
-    for f in flows:
-        if cell[f] >= 0:
-            return False
-    return True
-
-
-def _small_group(arrivals, top, start, size, cap, cancel, finish, rate, left, mode):
-    """A few flows sharing one link and nothing else: at each event every running flow's rate is min(its cap,
-    the link's water level), recomputed by scanning them, and the next event is the first arrival, completion
-    or cancel among them (a cell's handful of transfers, where heaps would cost more than they save)."""
-    n, nxt, running = len(arrivals), 0, 0
-    now = start[arrivals[0]] if n else 0.0
-    while nxt < n or running:
-        level = _scan_level(arrivals, nxt, top, cap, mode)
-        when = start[arrivals[nxt]] if nxt < n else math.inf
-        for k in range(nxt):
-            f = arrivals[k]
-            if mode[f] == FREE:
-                rate[f] = min(cap[f], level)
-                when = min(when, now + left[f] / rate[f], cancel[f])
-        for k in range(nxt):
-            f = arrivals[k]
-            if mode[f] == FREE:
-                if now + left[f] / rate[f] <= when:  # completes now
-                    finish[f], mode[f] = when, OVER
-                    running -= 1
-                elif cancel[f] <= when:
-                    finish[f], mode[f] = math.inf, OVER
-                    running -= 1
-                else:
-                    left[f] -= rate[f] * (when - now)
-        now = when
-        while nxt < n and start[arrivals[nxt]] <= now:
-            f = arrivals[nxt]
-            nxt += 1
-            if cancel[f] <= now:
-                finish[f], mode[f] = math.inf, OVER
-            else:
-                left[f], mode[f] = size[f], FREE
-                running += 1
-
-
-def _scan_level(arrivals, arrived, top, cap, mode) -> float:
-    """The water level of the running flows among the first `arrived` on a link of capacity `top` (math.inf
-    if their caps all fit): their caps taken in ascending order by repeated scans (a handful of flows)."""
-    count = 0
-    for k in range(arrived):
-        if mode[arrivals[k]] == FREE:
-            count += 1
-    below, seen, last = 0.0, 0, -math.inf
-    while seen < count:
-        low, ties = math.inf, 0
-        for k in range(arrived):
-            f = arrivals[k]
-            if mode[f] == FREE and last < cap[f] < low:
-                low, ties = cap[f], 1
-            elif mode[f] == FREE and cap[f] == low:
-                ties += 1
-        for _ in range(ties):
-            if below + (count - seen) * low >= top:
-                return (top - below) / (count - seen)
-            below += low
-            seen += 1
-        last = low
-    return math.inf
-
-
-def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_capacity, cells, stops, finish, real, whole, state,
+def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_state, cells, stops, finish, real, whole, state,
                count):
     """One group's events in time order: an arrival, a completion (free or held), a cancel (`stops`: the
     group's flows that can be cancelled once started, by cancel time)."""
@@ -195,11 +130,11 @@ def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_capacity, cell
             finish[f] = math.inf if kind == 2 else when
             _become(f, OVER, 0.0, 0.0, False, real, whole, state, count)
         if cell[f] >= 0:
-            _relevel_cell(cell[f], cap, cell_bounds, cell_capacity, cells, real, whole, state, count)
+            _relevel_cell(cell[f], cap, cell_bounds, cell_state, cells, real, whole, state, count)
         _relevel_top(top, real, whole, state, count)
 
 
-def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_capacity, cells, finish, real, whole,
+def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_state, cells, finish, real, whole,
                      state, count):
     """The flows arriving at `when` into an empty group, in one step: each one's demand (its cap at its cell's
     level), then each into the set it settles in, free below the link's level and held at it, in ascending
@@ -220,40 +155,38 @@ def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_ca
             k += 1
     for i in range(k):
         f = order[i]
-        e[f] = cap[f] if cell[f] < 0 else min(cap[f], _cell_level(cell[f], cap, cell_bounds, cell_capacity, cells, mode,
-                                                                    ARRIVING, ARRIVING))
-    _sort_by_demand(order, k, e)
-    held_from, below = k, 0.0  # water-filled: the first flow whose demand reaches the level the rest leave
-    for i in range(k):
-        if below + (k - i) * e[order[i]] >= top:
-            held_from = i
-            break
-        below += e[order[i]]
-    for i in range(k):
+        if cell[f] >= 0 and math.isnan(cell_state[1, cell[f]]):  # each cell's level once
+            cell_state[1, cell[f]] = _cell_level(cell[f], cap, cell_bounds, cell_state, cells, mode, ARRIVING,
+                                                    ARRIVING)
+        e[f] = cap[f] if cell[f] < 0 else min(cap[f], cell_state[1, cell[f]])
+    for i in range(k // 2 - 1, -1, -1):  # a heap by (e, flow), the lowest first
+        _sift_demand(order, i, k, e)
+    below, left = 0.0, k  # water-filled: free from the lowest demand up, until one reaches the level the rest leave
+    while left and below + left * e[order[0]] < top:
+        f = order[0]
+        below += e[f]
+        mode[f] = WAITING
+        _become(f, FREE, size[f], e[f], True, real, whole, state, count)
+        left -= 1
+        order[0] = order[left]
+        _sift_demand(order, 0, left, e)
+    for i in range(left):
         f = order[i]
         mode[f] = WAITING
-        _become(f, FREE if i < held_from else HELD, size[f], e[f], True, real, whole, state, count)
+        _become(f, HELD, size[f], e[f], True, real, whole, state, count)
     return nxt
 
 
-def _sort_by_demand(order, k, e):
-    """order[:k] by (e, flow) ascending, in place (a heap sort: the loop allocates nothing)."""
-    for i in range(k // 2 - 1, -1, -1):
-        _sift_demand(order, i, k, e)
-    for end in range(k - 1, 0, -1):
-        order[0], order[end] = order[end], order[0]
-        _sift_demand(order, 0, end, e)
-
-
 def _sift_demand(order, i, k, e):
+    """order[i] down the heap order[:k] by (e, flow), the lowest on top."""
     f = order[i]
     while 2 * i + 1 < k:
         child = 2 * i + 1
         a, b = order[child], order[min(child + 1, k - 1)]
-        if e[a] < e[b] or (e[a] == e[b] and a < b):  # by (e, flow): the larger child
+        if e[b] < e[a] or (e[b] == e[a] and b < a):  # the lower child
             child = min(child + 1, k - 1)
         a = order[child]
-        if not (e[f] < e[a] or (e[f] == e[a] and f < a)):
+        if not (e[a] < e[f] or (e[a] == e[f] and a < f)):
             break
         order[i] = a
         i = child
@@ -388,10 +321,16 @@ def _keep_free_top(real, whole, count):
         _sift_down(FREE_TOP, i, real, whole, count)
 
 
-def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state, count):
-    """A cell's flows at its new water level: each runs at min(its cap, level)."""
+def _relevel_cell(c, cap, cell_bounds, cell_state, cells, real, whole, state, count):
+    """A cell's flows at its new water level, after a flow arrived or left: each runs at min(its cap, level).
+    cell_state[:, c]: its capacity, and the level its other flows run at (NaN: not yet known). Where the level
+    stays, nothing changes: the flow left, or arrived at its cap, and a level an arrival leaves as it was is one
+    its cap fits under (infinite, or above a cap too small to move it)."""
     mode, members = whole[MODE], cells[0]
-    level = _cell_level(c, cap, cell_bounds, cell_capacity, cells, mode, FREE, HELD)
+    level = _cell_level(c, cap, cell_bounds, cell_state, cells, mode, FREE, HELD)
+    if level == cell_state[1, c]:
+        return
+    cell_state[1, c] = level
     for k in range(cell_bounds[0, c], cell_bounds[1, c]):  # in the order the flows arrived
         f = members[k]
         if mode[f] != FREE and mode[f] != HELD:
@@ -401,7 +340,7 @@ def _relevel_cell(c, cap, cell_bounds, cell_capacity, cells, real, whole, state,
             _become(f, mode[f], _left(f, real, whole, state), want, True, real, whole, state, count)
 
 
-def _cell_level(c, cap, cell_bounds, cell_capacity, cells, mode, one, other) -> float:
+def _cell_level(c, cap, cell_bounds, cell_state, cells, mode, one, other) -> float:
     """Cell c's water level over its flows in mode `one` or `other` (math.inf where their caps fit): their caps
     taken in ascending order until they fill it."""
     lo, hi, by_cap = cell_bounds[0, c], cell_bounds[1, c], cells[1]
@@ -414,8 +353,8 @@ def _cell_level(c, cap, cell_bounds, cell_capacity, cells, mode, one, other) -> 
         f = by_cap[k]
         if mode[f] != one and mode[f] != other:
             continue
-        if below + (running - seen) * cap[f] >= cell_capacity[c]:
-            return (cell_capacity[c] - below) / (running - seen)
+        if below + (running - seen) * cap[f] >= cell_state[0, c]:
+            return (cell_state[0, c] - below) / (running - seen)
         below += cap[f]
         seen += 1
     return math.inf
