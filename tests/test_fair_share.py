@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from emulator.system.fair_share import max_min_rates
+from emulator.system.fluid import finish_times
 
 
 def progressive_filling(links, capacity, cap):
@@ -85,6 +86,13 @@ def test_bad_topologies_are_refused_naming_what_is_wrong():
     with pytest.raises(ValueError, match="unbounded"):
         max_min_rates([[0], [-1]], [1.0], [np.inf, np.inf])
     assert np.allclose(max_min_rates([[-1]], [1.0], [4.0]), [4.0])  # no shared link: its own cap
+    for tree in (False, True):  # the event loop's own checks (compiled, before any time is computed)
+        with pytest.raises(ValueError, match="crosses link 3, but there are 2 links"):
+            finish_times([0, 0], [1, 1], [[0], [3]], [1.0, 1.0], [1.0, 1.0], tree=tree)
+        with pytest.raises(ValueError, match="positive"):
+            finish_times([0], [1], [[0]], [np.nan], [1.0], tree=tree)
+        with pytest.raises(ValueError, match="positive"):
+            finish_times([0, 0], [1, 1], [[0], [0]], [1.0], [1.0, 0.0], tree=tree)
 
 
 def test_flows_finish_when_simgrid_s_fluid_model_says():
@@ -94,7 +102,6 @@ def test_flows_finish_when_simgrid_s_fluid_model_says():
     import json
     from pathlib import Path
 
-    from emulator.system.fluid import finish_times
 
     reference = json.loads((Path(__file__).resolve().parents[1] / "benchmarks" / "reference" /
                             "simgrid_flows.json").read_text())
@@ -111,7 +118,6 @@ def test_flows_finish_when_simgrid_s_fluid_model_says():
 def test_a_cancelled_flow_leaves_its_share_to_the_others_from_that_instant():
     """Two flows of 10 on a link of 1: each at 0.5 until the second is cancelled at t = 4 (2 moved each),
     then the first alone at 1 for its last 8: done at 12. A flow that never starts never finishes."""
-    from emulator.system.fluid import finish_times
 
     times = finish_times([0, 0, np.inf], [10, 10, 10], [[0], [0], [0]], [1.0], [np.inf] * 3, cancel=[np.inf, 4, 9])
     assert times[0] == pytest.approx(12.0) and np.isinf(times[1]) and np.isinf(times[2])
@@ -161,7 +167,6 @@ def test_links_that_cannot_fill_and_unrelated_groups_change_no_finish_time(seed,
 
 
 def test_no_flows_finish_at_no_times():
-    from emulator.system.fluid import finish_times
 
     assert finish_times([], [], np.zeros((0, 2), np.int64), [1.0], []).shape == (0,)
 
@@ -169,7 +174,6 @@ def test_no_flows_finish_at_no_times():
 @pytest.mark.parametrize("tree", [False, True])
 def test_a_link_idle_between_its_flows_waits_for_the_next_one(tree):
     """Two flows that could fill a link between them, one after the other: each alone at its cap."""
-    from emulator.system.fluid import finish_times
 
     times = finish_times([0, 5], [1.0, 1.0], [[0, -1], [0, -1]], [1.5, 10.0], [1.0, 1.0], tree=tree)
     assert np.allclose(times, [1.0, 6.0])

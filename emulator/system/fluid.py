@@ -41,10 +41,11 @@ def finish_times(start: np.ndarray, size: np.ndarray, links: np.ndarray, capacit
     links = np.array(links, dtype=np.int64).reshape(len(cap), -1)
     capacity = np.asarray(capacity, dtype=np.float64)
     cancel = np.full(len(cap), np.inf) if cancel is None else np.asarray(cancel, dtype=np.float64)
-    _check(links, capacity, cap)
     _compile()
     finish = np.full(len(cap), np.inf)
     kind, unbounded = _prune(links, capacity, cap, start, size, cancel, finish)
+    if kind is None:  # a link out of range, or a capacity or cap not positive: refused, naming which
+        _check(links, capacity, cap)
     if unbounded:
         raise ValueError("a flow crosses no link and has no cap of its own: its rate would be unbounded")
     if tree:
@@ -72,8 +73,18 @@ def _prune(links, capacity, cap, start, size, cancel, finish):
     """(each flow's kind, whether a flow ALONE has no cap): the kind NEVER (it never starts), ALONE (it crosses
     no link that can fill: it runs at its cap, its finish set here) or SHARED, with the links that can never
     fill (the caps of every flow crossing them, all at once, fit) taken out of `links` (-1), and all of a
-    flow's that never starts. The caps are summed on each link in flow order, as np.bincount sums them."""
+    flow's that never starts. The caps are summed on each link in flow order, as np.bincount sums them.
+    (None, False), nothing changed, where a link is out of range or a capacity or cap is not positive."""
     n, hops = links.shape
+    for link in range(len(capacity)):
+        if not capacity[link] > 0:  # NaN too
+            return None, False
+    for f in range(n):
+        if not cap[f] > 0:
+            return None, False
+        for h in range(hops):
+            if links[f, h] < -1 or links[f, h] >= len(capacity):
+                return None, False
     kind = np.full(n, NEVER, dtype=np.int8)
     demand = np.zeros(len(capacity))
     for f in range(n):

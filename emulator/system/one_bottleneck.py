@@ -59,7 +59,7 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = arrange(
         start, size, cap, cancel, group, first, first_capacity, top_capacity)
     tops = top_capacity[group[arrivals[group_lo]]]
-    cell_state = np.stack([cell_capacity, np.full(len(cell_capacity), np.nan)])  # see _relevel_cell
+    cell_state = np.stack([cell_capacity, np.full(len(cell_capacity), np.nan), np.zeros(len(cell_capacity))])
     real, whole = np.zeros((KEY + 4, n)), np.zeros((SCRATCH + 1, n), dtype=np.int64)
     given = np.stack([start, size, cap, cancel])
     scanned = scan_small_groups(arrivals, group_lo, group_hi, tops, given, cell, finish)
@@ -130,6 +130,7 @@ def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_state, cells, 
             finish[f] = math.inf if kind == 2 else when
             _become(f, OVER, 0.0, 0.0, False, real, whole, state, count)
         if cell[f] >= 0:
+            cell_state[2, cell[f]] += 1 if kind == 0 else -1
             _relevel_cell(cell[f], cap, cell_bounds, cell_state, cells, real, whole, state, count)
         _relevel_top(top, real, whole, state, count)
 
@@ -153,6 +154,8 @@ def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_st
             mode[f] = ARRIVING
             order[k] = f
             k += 1
+            if cell[f] >= 0:
+                cell_state[2, cell[f]] += 1
     for i in range(k):
         f = order[i]
         if cell[f] >= 0 and math.isnan(cell_state[1, cell[f]]):  # each cell's level once
@@ -323,9 +326,10 @@ def _keep_free_top(real, whole, count):
 
 def _relevel_cell(c, cap, cell_bounds, cell_state, cells, real, whole, state, count):
     """A cell's flows at its new water level, after a flow arrived or left: each runs at min(its cap, level).
-    cell_state[:, c]: its capacity, and the level its other flows run at (NaN: not yet known). Where the level
-    stays, nothing changes: the flow left, or arrived at its cap, and a level an arrival leaves as it was is one
-    its cap fits under (infinite, or above a cap too small to move it)."""
+    cell_state[:, c]: its capacity, the level its other flows run at (NaN: not yet known), and how many run
+    (kept as they arrive and leave). Where the level stays, nothing changes: the flow left, or arrived at its
+    cap, and a level an arrival leaves as it was is one its cap fits under (infinite, or above a cap too small
+    to move it)."""
     mode, members = whole[MODE], cells[0]
     level = _cell_level(c, cap, cell_bounds, cell_state, cells, mode, FREE, HELD)
     if level == cell_state[1, c]:
@@ -341,16 +345,13 @@ def _relevel_cell(c, cap, cell_bounds, cell_state, cells, real, whole, state, co
 
 
 def _cell_level(c, cap, cell_bounds, cell_state, cells, mode, one, other) -> float:
-    """Cell c's water level over its flows in mode `one` or `other` (math.inf where their caps fit): their caps
-    taken in ascending order until they fill it."""
-    lo, hi, by_cap = cell_bounds[0, c], cell_bounds[1, c], cells[1]
-    running = 0
-    for k in range(lo, hi):
-        if mode[by_cap[k]] == one or mode[by_cap[k]] == other:
-            running += 1
-    below, seen = 0.0, 0
-    for k in range(lo, hi):
+    """Cell c's water level over its flows in mode `one` or `other`, cell_state[2, c] of them (math.inf where
+    their caps fit): their caps taken in ascending order until they fill it."""
+    by_cap, running = cells[1], int(cell_state[2, c])
+    below, seen, k = 0.0, 0, cell_bounds[0, c]
+    while seen < running:
         f = by_cap[k]
+        k += 1
         if mode[f] != one and mode[f] != other:
             continue
         if below + (running - seen) * cap[f] >= cell_state[0, c]:
