@@ -30,6 +30,7 @@ def scan_small_groups(arrivals, group_lo, group_hi, group_top, given, cell, fini
 
 
 def _scan_groups(arrivals, group_lo, group_hi, group_top, given, cell, finish, scanned, rate, left, mode):
+    """scan_small_groups' loop: `rate`, `left` and `mode` each flow's (work rows, modes starting WAITING)."""
     for g in range(len(group_lo)):
         flows = arrivals[group_lo[g]:group_hi[g]]
         if len(flows) > SMALL:
@@ -43,6 +44,8 @@ def _scan_groups(arrivals, group_lo, group_hi, group_top, given, cell, finish, s
 
 
 def _one_scan(arrivals, top, start, size, cap, cancel, finish, rate, left, mode):
+    """One group, event by event: every running flow at min(its cap, the level), to the next arrival,
+    completion or cancel among them."""
     n, nxt, running = len(arrivals), 0, 0
     now = start[arrivals[0]] if n else 0.0
     while nxt < n or running:

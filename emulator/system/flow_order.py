@@ -77,9 +77,8 @@ def _by_value(values: np.ndarray) -> np.ndarray:
 def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cancel):
     """The orders the event loop follows (from the flows by start and the stoppable by cancel, ties by index):
     each group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can
-    fill), in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each
-    flow's cell (-1: none); each group's flows that a cancel may stop, by cancel, between stop_lo[g] and
-    stop_lo[g + 1]."""
+    fill), in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1:
+    none); each group's flows that a cancel may stop, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
     n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
     arrivals = _stable_by(group, by_start, groups_bound)
     bounds = np.zeros(n + 1, dtype=np.int64)

@@ -7,10 +7,11 @@ handful of flows; no lower link: its cap), and `level`, the group's shared link'
 The flows with e below the level ("free") run at e; the rest ("held") all run at the level, so they advance
 on one virtual clock, V, which moves at the level: a held flow completes when V reaches its mark. An event
 then touches its cell's flows (none but its own where the cell's level stays) and moves the few flows whose
-e the level crossed between the two sets; nothing else changes. Flows starting together into an empty group (a round's downloads) join it in one
-step (_arrive_together). The loop runs under numba (emulator/compiled.py), compiled at its first use in a
-process (about 19 s the first time ever, with fluid.py's; later from numba's cache, under a second; worlds
-without shared links never load numba); without numba the same functions run as plain Python, slower.
+e the level crossed between the two sets; nothing else changes. Flows starting together into an empty group
+(a round's downloads) join it in one step (_arrive_together). The loop runs under numba (emulator/compiled.py),
+compiled at its first use in a process (about 19 s the first time ever, with fluid.py's; later from numba's
+cache, under a second; worlds without shared links never load numba); without numba the same functions run as
+plain Python, slower.
 """
 from __future__ import annotations
 
@@ -24,18 +25,19 @@ from emulator.system.flow_order import arrange
 
 WAITING, FREE, HELD, OVER, ARRIVING = 0, 1, 2, 3, 4
 # the event loop's per-flow state, packed in two arrays (a call then passes two arrays, not ten): rows of `real`,
-# e, mark, since, then each heap's keys (by place in it); rows of `whole`, mode, version, then each heap's order and places
+# e, mark, since, then each heap's keys (by place in the heap); rows of `whole`, mode, version, then each heap's
+# order and places
 E, MARK, SINCE, KEY = 0, 1, 2, 3
 MODE, VERSION, ORDER, PLACE, SCRATCH = 0, 1, 2, 6, 10
 FREE_DONE, FREE_TOP, HELD_DONE, HELD_LOW = 0, 1, 2, 3  # the heaps: see _push
 KEPT = 4  # count[KEPT]: whether FREE_TOP is kept (only while the shared link is contended: see _relevel_top)
-_KERNEL = ("_run_groups", "_one_group", "_earlier", "_push", "_remove", "_rekey", "_before", "_sift_up", "_sift_down",
-           "_left", "_become", "_keep_free_top", "_relevel_cell", "_relevel_top", "_cell_level", "_arrive_together",
-           "_sift_demand")
+_KERNEL = ("_run_groups", "_one_group", "_earlier", "_push", "_remove", "_rekey", "_before", "_earlier_child",
+           "_sift_up", "_sift_down", "_left", "_become", "_keep_free_top", "_relevel_cell", "_relevel_top",
+           "_cell_level", "_arrive_together", "_sift_demand")
 # put into their callers: an event's calls to these cost more than their work (measured: a round's upload call
 # 0.52 vs 0.66 ms, its download 0.45 vs 0.51); inlining the rest as well made both slower again
-_INLINED = ("_earlier", "_push", "_remove", "_rekey", "_before", "_sift_up", "_sift_down", "_left", "_become",
-            "_relevel_cell", "_relevel_top", "_cell_level")
+_INLINED = ("_earlier", "_push", "_remove", "_rekey", "_before", "_earlier_child", "_sift_up", "_sift_down",
+            "_left", "_become", "_relevel_cell", "_relevel_top", "_cell_level")
 _compiled: list = []  # the event loop
 
 
@@ -63,6 +65,7 @@ def finish_in_groups(start, size, cap, cancel, group, top_capacity, first, first
     arrivals, group_lo, group_hi, cell, cell_bounds, cell_capacity, cells, stops, stop_lo = arrange(
         start, size, cap, cancel, group, first, first_capacity, top_capacity)
     tops = top_capacity[group[arrivals[group_lo]]]
+    # rows: each cell's capacity, the level its flows run at, how many run (see _relevel_cell)
     cell_state = np.stack([cell_capacity, np.full(len(cell_capacity), np.nan), np.zeros(len(cell_capacity))])
     real, whole = np.zeros((KEY + 4, n)), np.zeros((SCRATCH + 1, n), dtype=np.int64)
     given = np.stack([start, size, cap, cancel])
@@ -142,9 +145,10 @@ def _one_group(arrivals, nxt, top, given, cell, cell_bounds, cell_state, cells, 
 def _arrive_together(arrivals, nxt, when, top, given, cell, cell_bounds, cell_state, cells, finish, real, whole,
                      state, count):
     """The flows arriving at `when` into an empty group, in one step: each one's demand (its cap at its cell's
-    level), then each into the set it settles in, free below the link's level and held at it, in ascending
-    order of demand (relevel_top then finds the level settled), instead of one by one, each arrival lowering
-    the level and moving the free flows it passes to the held set. Returns the next arrival's index."""
+    level, computed once a cell), then each into the set it settles in: the free, below the link's level, drawn
+    in ascending order of demand from a heap until one reaches the level the rest leave; the rest held as they
+    are (relevel_top then finds the level settled). Instead of one by one, each arrival lowering the level and
+    moving the free flows it passes to the held set. Returns the next arrival's index."""
     start, size, cap, cancel = given[0], given[1], given[2], given[3]
     mode, order, e = whole[MODE], whole[SCRATCH], real[E]
     n, k = len(arrivals), 0
@@ -222,9 +226,7 @@ def _remove(h, f, real, whole, count):
     if i == end:
         return
     while 2 * i + 1 < end:
-        child = 2 * i + 1
-        if child + 1 < end and _before(key[child + 1], order[child + 1], key[child], order[child], version):
-            child += 1
+        child = _earlier_child(i, end, order, key, version)
         order[i], key[i] = order[child], key[child]
         place[order[i]] = i
         i = child
@@ -235,6 +237,14 @@ def _rekey(h, f, value, real, whole, count):
     """Flow f's value in heap h changed (its version did not): f moved up or down to its place."""
     _sift_up(h, whole[PLACE + h, f], f, value, real, whole)
     _sift_down(h, whole[PLACE + h, f], real, whole, count)
+
+
+def _earlier_child(i, n, order, key, version):
+    """Of place i's children in a heap of n (one at least), the one that comes first."""
+    child = 2 * i + 1
+    if child + 1 < n and _before(key[child + 1], order[child + 1], key[child], order[child], version):
+        child += 1
+    return child
 
 
 def _before(value, f, other_value, other, version) -> bool:
@@ -263,9 +273,7 @@ def _sift_down(h, i, real, whole, count):
     order, place, key, version = whole[ORDER + h], whole[PLACE + h], real[KEY + h], whole[VERSION]
     f, value, n = order[i], key[i], count[h]
     while 2 * i + 1 < n:
-        child = 2 * i + 1
-        if child + 1 < n and _before(key[child + 1], order[child + 1], key[child], order[child], version):
-            child += 1
+        child = _earlier_child(i, n, order, key, version)
         if not _before(key[child], order[child], value, f, version):
             break
         order[i], key[i] = order[child], key[child]
