@@ -30,15 +30,15 @@ def _accuracy(text: str) -> float:
     return value
 
 
-def _at_least(low: int):
-    """An integer option of at least `low` (argparse type)."""
-    def parse(text: str) -> int:
+def _at_least(low, number=int):
+    """A number option of at least `low` (argparse type): a whole number, or with number=float any."""
+    def parse(text: str):
         try:
-            value = int(text)
+            value = number(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{value} is too small: at least {low}")
+            raise argparse.ArgumentTypeError(f"{text!r} is not a {'whole ' if number is int else ''}number") from None
+        if not value >= low:  # NaN too
+            raise argparse.ArgumentTypeError(f"{text} is too small: at least {low}")
         return value
     return parse
 
@@ -99,6 +99,14 @@ examples:
   emulator down
 
 docs: docs/running.md (short runs: a warm instance)""",
+    "cache": """\
+examples:
+  emulator cache                                          # what the data cache holds, least recently used first
+  emulator cache --keep-gb 20                             # marks what would go to fit in 20 GB
+  emulator cache --keep-gb 20 --prune                     # ... and removes it
+  emulator cache --unused-days 30 --prune --dir /data/federations
+
+docs: docs/scenarios.md (data.store: the cache)""",
     "parts": """\
 examples:
   emulator parts                                          # ours and installed packages'
@@ -174,6 +182,14 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--num-cpus", type=_at_least(1), help="CPUs the instance offers (default: all of this machine's)")
     up.add_argument("--runners", type=_at_least(1), help="warm runners (default: one per CPU)")
     command("down", "stop the warm instance that emulator up started")
+    cache = command("cache", "list the data cache's federations, least recently used first, and prune it")
+    cache.add_argument("--dir", help="the cache (default: $EMULATOR_DATA_CACHE, else ~/.cache/emulator/federations)")
+    cache.add_argument("--keep-gb", type=_at_least(0, float), metavar="GB",
+                       help="pick the least recently used until the rest fit in this many GB")
+    cache.add_argument("--unused-days", type=_at_least(0, float), metavar="DAYS",
+                       help="pick those no run has opened for this many days")
+    cache.add_argument("--prune", action="store_true", help="remove those picked, and writes cut short over a day "
+                                                            "ago (without it: only listed)")
     parts = command("parts", "list the registered algorithms, models, datasets... with where each comes from")
     parts.add_argument("scenario", nargs="?", help="also load the plugins this scenario file names")
     plugin_arg(parts)
@@ -196,6 +212,8 @@ def main(argv: list[str] | None = None) -> int:
             return _warm(args)
         if args.command == "parts":
             return _parts(args)
+        if args.command == "cache":
+            return _cache(args)
         return _run(args)
     except ScenarioError as exc:
         print(f"error: {exc}", file=sys.stderr)
@@ -242,8 +260,19 @@ def _validate(args) -> int:
         if footprint.on_disk:
             cache, free = cache_space(scenario.data.store)
             print(f"# disk: the data cache {cache} has {free / 2 ** 30:,.1f} GiB free"
-                  + (" (perhaps not enough: point data.store.cache at a larger disk, or lower population.devices)"
+                  + (" (perhaps not enough: point data.store.cache at a larger disk, prune it with emulator cache, or "
+                     "lower population.devices)"
                      if footprint.on_disk > free else ""), file=sys.stderr)
+    return EXIT_OK
+
+
+def _cache(args) -> int:
+    from emulator.data.cache_upkeep import upkeep
+    from emulator.data.store import default_cache
+
+    cache = Path(args.dir).expanduser() if args.dir else default_cache()
+    keep = None if args.keep_gb is None else int(args.keep_gb * 1e9)
+    print(upkeep(cache, keep, args.unused_days, args.prune))
     return EXIT_OK
 
 

@@ -34,6 +34,7 @@ from typing import Callable
 
 import numpy as np
 
+from emulator.data.cache_upkeep import stamp_used
 from emulator.data.federation import ArrayDataset, Federation
 from emulator.data.gather import gather_rows
 from emulator.data.ragged import RaggedRows, gather_index, offsets_of
@@ -410,7 +411,9 @@ def cached_federation(key: str, cache: Path, build: Callable[[], Federation], no
     directory = Path(cache) / key
     if directory.exists():
         try:
-            return open_federation(directory, verify=True, key=key)
+            federation = open_federation(directory, verify=True, key=key)
+            stamp_used(directory)  # the cache's upkeep removes the least recently used first
+            return federation
         except StoreDamaged as why:
             notify(f"note: the data cache at {directory} cannot be used ({why}); rebuilding it")
             shutil.rmtree(directory, ignore_errors=True)
