@@ -54,6 +54,7 @@ examples:
   emulator run --resume RUN_DIR                           # continue an interrupted run
   emulator report runs/* --out report                     # plots and a comparison table of runs
   emulator parts                                          # the algorithms, models, datasets... registered
+  emulator cache                                          # the data cache: what it holds, pruning it
 
 exit codes: 0 done, 1 failed (the machine), 2 bad input, 3 diverged, 4 no progress, 130 interrupted
 docs: README.md (a first run), docs/scenarios.md (every scenario key), docs/running.md (watching, resuming,
