@@ -60,10 +60,14 @@ def test_pruning_picks_the_least_recently_used_until_the_rest_fit_and_those_unus
 def test_emulator_cache_marks_then_prunes_and_a_pruned_federation_is_written_again(tmp_path, capsys):
     first, second = stored(tmp_path, 1), stored(tmp_path, 2)
     aged(first, 5)
-    leftover = tmp_path / ".synthetic-60-abc.999.1"  # a write a killed process left two days ago
+    leftover = tmp_path / f".{os.path.basename(first)}.999.1"  # a write a killed process left two days ago
     leftover.mkdir()
     (leftover / "train_x.npy").write_bytes(b"x" * 100)
     aged(leftover, 2)
+    yours = tmp_path / "notes"  # not the store's: never listed, never removed, whatever the budget
+    yours.mkdir()
+    (yours / "a.txt").write_text("mine")
+    aged(yours, 90)
 
     assert main(["cache", "--dir", str(tmp_path), "--unused-days", "1"]) == 0
     listing = capsys.readouterr().out
@@ -73,6 +77,9 @@ def test_emulator_cache_marks_then_prunes_and_a_pruned_federation_is_written_aga
     assert main(["cache", "--dir", str(tmp_path), "--unused-days", "1", "--prune"]) == 0
     assert "removed 2" in capsys.readouterr().out
     assert not os.path.exists(first) and not leftover.exists() and os.path.isdir(second)
+    assert main(["cache", "--dir", str(tmp_path), "--keep-gb", "0", "--prune"]) == 0
+    assert "notes" not in capsys.readouterr().out and (yours / "a.txt").read_text() == "mine"
+    assert not os.path.exists(second)
 
     lines = []
     run = scenario(seed=1, **{"data.store": {"mode": "disk", "cache": str(tmp_path)}})

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import time
 from dataclasses import dataclass
@@ -25,7 +26,14 @@ class CachedFederation:
     last_used: float  # the directory's time: when it was written, or last opened by a run
     dataset: str = "?"
     devices: int = 0
-    unfinished: bool = False  # a write cut short: a temporary directory a killed process left
+    unfinished: bool = False  # a write under way, or cut short (a killed process's), or damaged
+
+
+# what the store writes (data/store.py, data/scratch.py, runtime/data_nodes.py): a federation under its key, and
+# while writing, the key's temporary directory (.KEY.PID.NS, a node's .KEY.copy.PID.NS, one moved aside .old)
+# or a build's scratch (.scratch-...); nothing else in a cache is listed or ever removed
+KEY = re.compile(r"[^.][^/]*-\d+-[0-9a-f]{20}")
+UNFINISHED = re.compile(r"\.(" + KEY.pattern + r")(\.copy)?\.\d+\.\d+(\.old)?|\.scratch-.+")
 
 
 def holdings(cache: Path) -> list[CachedFederation]:
@@ -35,15 +43,14 @@ def holdings(cache: Path) -> list[CachedFederation]:
         return []
     found = []
     for entry in cache.iterdir():
-        if not entry.is_dir():
+        if not entry.is_dir() or not (KEY.fullmatch(entry.name) or UNFINISHED.fullmatch(entry.name)):
             continue
         size, used = _size(entry), entry.stat().st_mtime
-        if entry.name.startswith("."):
-            found.append(CachedFederation(entry, size, used, unfinished=True))
-            continue
         try:
-            meta = json.loads((entry / "meta.json").read_text())
-        except (OSError, ValueError):  # no meta.json: written by no run of this format (or damaged)
+            meta = json.loads((entry / "meta.json").read_text()) if KEY.fullmatch(entry.name) else None
+        except (OSError, ValueError):  # a federation's directory without its meta.json: damaged, never read
+            meta = None
+        if meta is None or meta.get("key") != entry.name:
             found.append(CachedFederation(entry, size, used, unfinished=True))
             continue
         dataset = str(meta.get("described", {}).get("data", {}).get("dataset", "?"))
