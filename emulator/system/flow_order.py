@@ -23,7 +23,7 @@ def arrange(start, size, cap, cancel, group, first, first_capacity, top_capacity
         compile_in(globals(), ("_arrange", "_stable_by", "_by_cap", "_cancellable"))
         _compiled.extend((globals()["_arrange"], globals()["_cancellable"]))
     stoppable = _compiled[1](start, size, cap, cancel, group, first, first_capacity, top_capacity)
-    return _compiled[0](start, cap, cancel, group, first, first_capacity, _by_value(start),
+    return _compiled[0](cap, group, first, first_capacity, _by_value(start),
                         stoppable[_by_value(cancel[stoppable])])
 
 
@@ -74,12 +74,12 @@ def _by_value(values: np.ndarray) -> np.ndarray:
     return order
 
 
-def _arrange(start, cap, cancel, group, first, first_capacity, by_start, by_cancel):
+def _arrange(cap, group, first, first_capacity, by_start, by_cancel):
     """The orders the event loop follows (from the flows by start and the stoppable by cancel, ties by index):
     each group's flows by start, between group_lo and group_hi; each cell's flows (those whose first link can
     fill), in the order they arrive and by cap, cell c's between cell_bounds[:, c], and each flow's cell (-1:
     none); each group's flows that a cancel may stop, by cancel, between stop_lo[g] and stop_lo[g + 1]."""
-    n, groups_bound, links = len(start), group.max() + 1, len(first_capacity)
+    n, groups_bound, links = len(group), group.max() + 1, len(first_capacity)
     arrivals = _stable_by(group, by_start, groups_bound)
     bounds = np.zeros(n + 1, dtype=np.int64)
     groups = 0
